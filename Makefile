@@ -1,0 +1,30 @@
+# The two commands of the README: `make demo` and `make test`. Both set up what they need.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/.tools/node_modules/.bin:$(PATH)
+
+.PHONY: setup demo test check lint typecheck unit bench clean
+
+setup:
+	@bash deploy/setup.sh
+
+demo: setup
+	$(PY) -m icefloe.demo
+
+check: setup lint typecheck
+
+lint:
+	$(VENV)/bin/ruff check shared services tests
+	$(VENV)/bin/ruff format --check shared services tests
+
+typecheck:
+	$(VENV)/bin/mypy
+
+test: check
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) -m icefloe.bench
+
+clean:
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Idempotent set-up for a fresh Debian 12 machine (root): system packages, the Python
+# venv with pinned dependencies, and the npm tools. Each step is skipped when done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PY=${PYTHON:-python3}
+
+need_apt=()
+command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
+command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
+command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
+command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+$PY -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  echo "setup: apt-get install ${need_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+stamp="$VENV/.icefloe-installed"
+want="$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+  echo "setup: python environment in $VENV"
+  [ -x "$VENV/bin/python" ] || $PY -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -r requirements.lock
+  "$VENV/bin/pip" install -q --no-deps -e .
+  echo "$want" > "$stamp"
+fi
+
+# dynalite: DynamoDB with correct conditional writes, for tests and the local stack.
+if [ ! -x .tools/node_modules/.bin/dynalite ]; then
+  echo "setup: npm install dynalite"
+  mkdir -p .tools
+  (cd .tools && npm install --silent --no-audit --no-fund --prefix . dynalite@4.0.0 >/dev/null)
+fi

@@ -1,0 +1,56 @@
+"""Typed exceptions shared by every layer of icefloe.
+
+Callers catch these instead of library internals (KeyError, fastavro or botocore
+errors) so a message can always name the file and the field that was wrong.
+"""
+
+from __future__ import annotations
+
+
+class IcefloeError(Exception):
+    """Base class for every error icefloe raises on purpose."""
+
+
+class ValidationError(IcefloeError, ValueError):
+    """Input that does not follow the Iceberg spec (metadata, schemas, values, events)."""
+
+
+class UnsupportedFormatVersion(ValidationError):
+    """A table-metadata or manifest format-version this implementation cannot handle."""
+
+
+class SchemaEvolutionError(ValidationError):
+    """A schema change that the spec forbids (bad promotion, required column added, ...)."""
+
+
+class InvalidFileError(IcefloeError):
+    """A metadata, manifest or data file that cannot be decoded; the message names the file."""
+
+    def __init__(self, location: str, reason: str) -> None:
+        super().__init__(f"{location}: {reason}")
+        self.location = location
+        self.reason = reason
+
+
+class FileIOError(IcefloeError, OSError):
+    """Storage failure (missing file, permission, transport) for a named location."""
+
+
+class NotFoundError(IcefloeError, LookupError):
+    """A namespace, table, snapshot, ref or file that does not exist."""
+
+
+class AlreadyExistsError(IcefloeError):
+    """Create-if-absent found something already there (file, table, namespace)."""
+
+
+class CommitFailedError(IcefloeError):
+    """The conditional swap lost: someone else committed first. Safe to reload and retry."""
+
+
+class CommitStateUnknownError(IcefloeError):
+    """The commit request may or may not have reached the store; check before retrying."""
+
+
+class ValidationConflictError(IcefloeError):
+    """A retried operation is no longer valid on the new base (e.g. a rewritten file is gone)."""
