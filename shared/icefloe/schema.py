@@ -103,15 +103,16 @@ class Schema:
                 )
             seen[f.field_id] = path
         for fid in self.identifier_field_ids:
-            f = self.find_field(fid)
-            if f is None:
+            ident = self.find_field(fid)
+            if ident is None:
                 raise ValidationError(
                     f"identifier field id {fid} is not a field of schema {self.schema_id}"
                 )
-            if not isinstance(f.field_type, PrimitiveType) or not f.required:
+            if not isinstance(ident.field_type, PrimitiveType) or not ident.required:
+                kind = "required" if ident.required else "optional"
                 raise ValidationError(
                     f"identifier field {self.find_column_name(fid)!r} must be a required "
-                    f"primitive field, got {'required' if f.required else 'optional'} {f.field_type}"
+                    f"primitive field, got {kind} {ident.field_type}"
                 )
 
     # -- lookups ------------------------------------------------------------------------

@@ -56,7 +56,7 @@ class PrimitiveType(IcebergType):
         return self.json_name
 
     def __str__(self) -> str:
-        return self.to_json()  # type: ignore[no-any-return]
+        return str(self.to_json())
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
