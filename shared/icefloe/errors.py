@@ -54,3 +54,13 @@ class CommitStateUnknownError(IcefloeError):
 
 class ValidationConflictError(IcefloeError):
     """A retried operation is no longer valid on the new base (e.g. a rewritten file is gone)."""
+
+
+class EventRejectedError(ValidationError):
+    """An event the coordinator refuses and dead-letters; ``kind`` is a short, stable class
+    of the reason (``unknown-table``, ``bad-path``, ...) so metrics can count by it while
+    the message stays precise."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind

@@ -1,0 +1,118 @@
+"""Reading a snapshot's manifest list and manifests through a FileIO, with a small cache.
+
+Manifest lists and manifests are immutable once written, so a decoded copy keyed by path
+never goes stale. Committers re-read the parent snapshot's manifests on every retry, and
+the cache turns those re-reads into dictionary lookups. The planner keeps its own,
+columnar, cache; this one serves the write path.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from icefloe.errors import InvalidFileError, ValidationError
+from icefloe.fileio import FileIO
+from icefloe.manifest import ManifestEntry, read_manifest, read_manifest_metadata
+from icefloe.manifest_list import ManifestContent, ManifestFile, read_manifest_list
+from icefloe.partition import PartitionSpec
+from icefloe.snapshot import Snapshot
+
+
+class _LRU:
+    """Path → decoded value, bounded by the encoded size of what it holds."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[str, tuple[int, Any]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, key: str) -> Any:
+        hit = self._items.get(key)
+        if hit is None:
+            return None
+        self._items.move_to_end(key)
+        return hit[1]
+
+    def put(self, key: str, size: int, value: Any) -> None:
+        if size > self.max_bytes:
+            return
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._bytes -= old[0]
+        self._items[key] = (size, value)
+        self._bytes += size
+        while self._bytes > self.max_bytes:
+            _, (evicted, _) = self._items.popitem(last=False)
+            self._bytes -= evicted
+
+
+class ManifestReader:
+    def __init__(self, io: FileIO, cache_bytes: int = 64 << 20) -> None:
+        self.io = io
+        self._cache = _LRU(cache_bytes)
+
+    async def manifests(self, snapshot: Snapshot) -> list[ManifestFile]:
+        """The snapshot's manifests (v1 snapshots listing manifests directly are supported)."""
+        if snapshot.manifest_list is not None:
+            key = snapshot.manifest_list
+            cached = self._cache.get(key)
+            if cached is None:
+                data = await self.io.read(key)
+                cached = read_manifest_list(data, location=key)
+                self._cache.put(key, len(data), cached)
+            return list(cached)
+        out = []
+        for path in snapshot.manifests or ():
+            data = await self.io.read(path)
+            meta = read_manifest_metadata(data, location=path)
+            try:
+                spec_id = int(meta.get("partition-spec-id", "0"))
+            except ValueError:
+                raise InvalidFileError(
+                    path, "partition-spec-id metadata is not an integer"
+                ) from None
+            out.append(
+                ManifestFile(
+                    manifest_path=path,
+                    manifest_length=len(data),
+                    partition_spec_id=spec_id,
+                    content=ManifestContent.DATA,
+                    sequence_number=0,
+                    min_sequence_number=0,
+                    added_snapshot_id=snapshot.snapshot_id,
+                )
+            )
+        return out
+
+    def remember_manifest_list(self, path: str, size: int, manifests: list[ManifestFile]) -> None:
+        """Cache a manifest list this process has just written, as reading it would return it.
+
+        The next commit on the table builds on exactly this list, so a committer that
+        shares the reader never decodes its own output again.
+        """
+        self._cache.put(path, size, list(manifests))
+
+    async def entries(
+        self,
+        manifest: ManifestFile,
+        specs: Mapping[int, PartitionSpec],
+        *,
+        live_only: bool = False,
+    ) -> list[ManifestEntry]:
+        """The manifest's entries with inherited snapshot ids and sequence numbers filled in."""
+        if manifest.partition_spec_id not in specs:
+            raise ValidationError(
+                f"manifest {manifest.manifest_path} uses partition spec "
+                f"{manifest.partition_spec_id}, which the table does not have"
+            )
+        key = manifest.manifest_path
+        cached: list[ManifestEntry] | None = self._cache.get(key)
+        if cached is None:
+            data = await self.io.read(key)
+            cached = read_manifest(data, location=key, manifest_file=manifest, spec_by_id=specs)
+            self._cache.put(key, len(data), cached)
+        if live_only:
+            return [e for e in cached if e.is_live]
+        return list(cached)

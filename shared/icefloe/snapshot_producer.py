@@ -1,0 +1,548 @@
+"""Snapshot operations: turn a base table into a new snapshot, again on every retry.
+
+One class does the work for every operation, because they differ only in what they add,
+what they remove and what they must verify on the base they are applied to:
+
+=================  ===========================================  =============================
+operation          changes                                      validation on each base
+=================  ===========================================  =============================
+append             adds data files                              none: appends always apply
+overwrite          adds data files, removes files by path or    removed paths still live
+                   by a row filter
+delete             removes files by path or by a row filter     removed paths still live
+row delta          adds data and delete files (v2+)             none
+rewrite            replaces files with files of the same rows   every replaced file still live
+=================  ===========================================  =============================
+
+Manifests of new files are written once and reused by every attempt: their entries leave
+sequence numbers null, to be inherited from the manifest list of whichever attempt commits,
+and the snapshot id is fixed for the operation's lifetime. Only the manifests that depend
+on the base (rewritten or merged ones) and the manifest list are written per attempt. The
+snapshot id doubles as the marker that resolves an unknown commit outcome.
+"""
+
+from __future__ import annotations
+
+import io as _io
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from icefloe.catalog import Table, data_dir, metadata_dir
+from icefloe.commit import CommitStats, RetryPolicy, commit_with_retry
+from icefloe.datafile import DataFile, DataFileContent
+from icefloe.errors import CommitFailedError, ValidationConflictError, ValidationError
+from icefloe.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriter
+from icefloe.manifest_list import ManifestContent, ManifestFile, write_manifest_list
+from icefloe.manifest_reader import ManifestReader
+from icefloe.metadata import TableMetadata
+from icefloe.metadata_builder import MetadataBuilder
+from icefloe.partition import PartitionSpec
+from icefloe.snapshot import (
+    MAIN_BRANCH,
+    Operation,
+    Snapshot,
+    SnapshotRef,
+    Summary,
+    update_totals,
+)
+
+MERGE_ENABLED = "commit.manifest-merge.enabled"
+MERGE_MIN_COUNT = "commit.manifest.min-count-to-merge"
+MANIFEST_TARGET_SIZE = "commit.manifest.target-size-bytes"
+MERGE_ENABLED_DEFAULT = True
+MERGE_MIN_COUNT_DEFAULT = 100
+MANIFEST_TARGET_SIZE_DEFAULT = 8 << 20
+
+# A filter deciding, per live file, whether the operation removes it: True removes it, False
+# keeps it, and a raised ValidationError refuses the whole operation (a file only partly
+# matching a row filter cannot be removed without rewriting it).
+FileFilter = Callable[[DataFile, TableMetadata], bool]
+
+
+class SnapshotProducer:
+    """Builds (and commits) one snapshot. Configure with the ``add_*``/``delete_*`` calls.
+
+    ``snapshot_id`` may be given to make the snapshot recognisable across processes (the
+    coordinator derives it from what it commits); otherwise a fresh one is drawn.
+    """
+
+    def __init__(
+        self,
+        table: Table,
+        operation: Operation,
+        *,
+        branch: str = MAIN_BRANCH,
+        snapshot_properties: Mapping[str, str] | None = None,
+        snapshot_id: int | None = None,
+        merge_manifests: bool | None = None,
+        merge_min_count: int | None = None,
+        validate_deleted_paths: bool = True,
+        reader: ManifestReader | None = None,
+    ) -> None:
+        self.table = table
+        self.operation = operation
+        self.branch = branch
+        self.snapshot_properties = dict(snapshot_properties or {})
+        self.snapshot_id = snapshot_id or table.metadata.new_snapshot_id()
+        self.merge_manifests = merge_manifests
+        self.merge_min_count = merge_min_count
+        self.validate_deleted_paths = validate_deleted_paths
+        self.reader = reader or ManifestReader(table.io)
+        self.stats = CommitStats()
+        self._added: list[DataFile] = []
+        self._deleted_paths: set[str] = set()
+        self._delete_filter: FileFilter | None = None
+        self._new_manifests: list[ManifestFile] | None = None
+        self._written: list[str] = []  # every file any attempt wrote, for clean-up
+        self._attempts = 0
+
+    # -- configuration -------------------------------------------------------------------
+
+    def add_file(self, data_file: DataFile) -> SnapshotProducer:
+        if data_file.content != DataFileContent.DATA and self.table.metadata.format_version < 2:
+            raise ValidationError(
+                f"{data_file.file_path}: delete files need format v2 or later, "
+                f"table {self.table.identifier} is v{self.table.metadata.format_version}"
+            )
+        data_file.validate()
+        self._added.append(data_file)
+        self._new_manifests = None
+        return self
+
+    def add_files(self, files: Iterable[DataFile]) -> SnapshotProducer:
+        for f in files:
+            self.add_file(f)
+        return self
+
+    def delete_file(self, path: str) -> SnapshotProducer:
+        self._deleted_paths.add(path)
+        return self
+
+    def delete_files(self, paths: Iterable[str]) -> SnapshotProducer:
+        self._deleted_paths.update(paths)
+        return self
+
+    def delete_where(self, predicate: FileFilter) -> SnapshotProducer:
+        """Remove every live file ``predicate`` selects (see :data:`FileFilter`)."""
+        self._delete_filter = predicate
+        return self
+
+    # -- one attempt ---------------------------------------------------------------------
+
+    def already_applied(self, table: Table) -> bool:
+        return table.metadata.snapshot_by_id(self.snapshot_id) is not None
+
+    async def build(self, table: Table) -> TableMetadata:
+        """New metadata with this snapshot on ``self.branch``, built on ``table``'s metadata."""
+        base = table.metadata
+        self._attempts += 1
+        parent = base.snapshot_by_ref(self.branch)
+        specs = base.specs()
+        new_manifests = await self._write_new_manifests(base)
+
+        kept: list[ManifestFile] = []
+        deltas: dict[str, int] = defaultdict(int)
+        changed_partitions: set[tuple[int, tuple[Any, ...]]] = set()
+        found_paths: set[str] = set()
+        removing = bool(self._deleted_paths) or self._delete_filter is not None
+        parent_manifests = await self.reader.manifests(parent) if parent is not None else []
+        for manifest in parent_manifests:
+            if not _has_live(manifest):
+                # Only deletions of an earlier snapshot are left in it: no reader needs those
+                # entries, and carrying them forward would keep the deleted files reachable.
+                continue
+            if not removing:
+                kept.append(manifest)
+                continue
+            entries = await self.reader.entries(manifest, specs)
+            doomed = [e for e in entries if e.is_live and self._removes(e.data_file, base)]
+            if not doomed:
+                kept.append(manifest)
+                continue
+            doomed_paths = {e.data_file.file_path for e in doomed}
+            found_paths |= doomed_paths & self._deleted_paths
+            for e in doomed:
+                _count_removed(deltas, e.data_file)
+                changed_partitions.add((e.data_file.spec_id, e.data_file.partition))
+            kept.append(await self._rewrite_manifest(base, manifest, entries, doomed_paths))
+        missing = self._deleted_paths - found_paths
+        if missing and self.validate_deleted_paths:
+            sample = ", ".join(sorted(missing)[:5])
+            raise ValidationConflictError(
+                f"{self.operation} on {table.identifier} cannot remove {len(missing)} file(s) "
+                f"that are no longer live in the table (removed concurrently?): {sample}"
+            )
+        for f in self._added:
+            _count_added(deltas, f)
+            changed_partitions.add((f.spec_id, f.partition))
+
+        manifests = new_manifests + kept
+        if self._merge_enabled(base):
+            manifests = await self._merge(base, manifests)
+
+        sequence_number = base.next_sequence_number()
+        first_row_id = base.next_row_id if base.format_version >= 3 else None
+        list_path = (
+            f"{metadata_dir(base)}/snap-{self.snapshot_id}-{self._attempts}-{uuid.uuid4()}.avro"
+        )
+        buffer = _io.BytesIO()
+        written, next_row_id = write_manifest_list(
+            buffer,
+            manifests,
+            format_version=base.format_version,
+            snapshot_id=self.snapshot_id,
+            parent_snapshot_id=parent.snapshot_id if parent else None,
+            sequence_number=sequence_number,
+            first_row_id=first_row_id,
+        )
+        self._written.append(list_path)
+        await table.io.write_once(list_path, buffer.getvalue())
+        if base.format_version == 1:
+            # v1 lists store no sequence numbers; readers see 0 (spec), so must the cache
+            written = [m.copy(sequence_number=0, min_sequence_number=0) for m in written]
+        self.reader.remember_manifest_list(list_path, len(buffer.getvalue()), written)
+
+        added: dict[str, str] = {k: str(v) for k, v in deltas.items() if v}
+        added[Summary.CHANGED_PARTITION_COUNT] = str(len(changed_partitions))
+        previous = parent.summary if parent is not None and parent.summary is not None else None
+        totals = update_totals(previous.properties if previous is not None else None, added)
+        totals.update(self.snapshot_properties)
+        snapshot = Snapshot(
+            snapshot_id=self.snapshot_id,
+            parent_snapshot_id=parent.snapshot_id if parent else None,
+            sequence_number=sequence_number,
+            timestamp_ms=max(int(time.time() * 1000), base.last_updated_ms),
+            manifest_list=list_path,
+            summary=Summary(self.operation, totals),
+            schema_id=base.current_schema_id,
+            first_row_id=first_row_id,
+            added_rows=(next_row_id - first_row_id)
+            if first_row_id is not None and next_row_id is not None
+            else None,
+        )
+        existing_ref = base.refs.get(self.branch)
+        ref = (
+            existing_ref.model_copy(update={"snapshot_id": self.snapshot_id})
+            if existing_ref is not None
+            else SnapshotRef.branch(self.snapshot_id)
+        )
+        builder = MetadataBuilder(base).add_snapshot(snapshot).set_ref(self.branch, ref)
+        return builder.build(table.metadata_location)
+
+    def _removes(self, data_file: DataFile, base: TableMetadata) -> bool:
+        if data_file.file_path in self._deleted_paths:
+            return True
+        return self._delete_filter is not None and self._delete_filter(data_file, base)
+
+    def _merge_enabled(self, base: TableMetadata) -> bool:
+        if self.merge_manifests is not None:
+            return self.merge_manifests
+        if self.operation != Operation.APPEND:
+            return False
+        raw = base.properties.get(MERGE_ENABLED)
+        return MERGE_ENABLED_DEFAULT if raw is None else raw.strip().lower() == "true"
+
+    async def _write_new_manifests(self, base: TableMetadata) -> list[ManifestFile]:
+        """Manifests of the added files, one per (spec, content); written once per operation."""
+        if self._new_manifests is not None:
+            return self._new_manifests
+        groups: dict[tuple[int, ManifestContent], list[DataFile]] = defaultdict(list)
+        for f in self._added:
+            if base.spec_by_id(f.spec_id) is None:
+                raise ValidationError(
+                    f"{f.file_path}: partition spec {f.spec_id} is not a spec of "
+                    f"{self.table.identifier}"
+                )
+            content = (
+                ManifestContent.DATA
+                if f.content == DataFileContent.DATA
+                else ManifestContent.DELETES
+            )
+            groups[(f.spec_id, content)].append(f)
+        out = []
+        for (spec_id, content), files in groups.items():
+            spec = base.spec_by_id(spec_id)
+            assert spec is not None
+            out.append(
+                await self._write_manifest(
+                    base, spec, content, [(ManifestEntryStatus.ADDED, f, None) for f in files]
+                )
+            )
+        self._new_manifests = out
+        return out
+
+    async def _write_manifest(
+        self,
+        base: TableMetadata,
+        spec: PartitionSpec,
+        content: ManifestContent,
+        rows: list[tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]],
+    ) -> ManifestFile:
+        path = f"{metadata_dir(base)}/{uuid.uuid4()}-m{self._attempts}.avro"
+        buffer = _io.BytesIO()
+        writer = ManifestWriter(
+            buffer,
+            spec=spec,
+            schema=base.schema(),
+            format_version=base.format_version,
+            snapshot_id=self.snapshot_id,
+            content=content,
+        )
+        with writer:
+            for status, data_file, entry in rows:
+                if status == ManifestEntryStatus.ADDED and entry is None:
+                    writer.add(data_file)
+                elif status == ManifestEntryStatus.ADDED:
+                    assert entry is not None
+                    writer.add(data_file, entry.sequence_number)
+                elif status == ManifestEntryStatus.EXISTING:
+                    assert entry is not None
+                    writer.existing(entry)
+                else:
+                    assert entry is not None
+                    writer.delete(entry)
+        manifest = writer.to_manifest_file(path, buffer.tell())
+        self._written.append(path)
+        await self.table.io.write_once(path, buffer.getvalue())
+        return manifest
+
+    async def _rewrite_manifest(
+        self,
+        base: TableMetadata,
+        manifest: ManifestFile,
+        entries: list[ManifestEntry],
+        doomed: set[str],
+    ) -> ManifestFile:
+        """A copy of ``manifest`` with ``doomed`` files marked DELETED by this snapshot."""
+        spec = base.spec_by_id(manifest.partition_spec_id)
+        assert spec is not None
+        rows: list[tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]] = []
+        for e in entries:
+            if not e.is_live:
+                continue  # deletions of earlier snapshots are not carried forward
+            if e.data_file.file_path in doomed:
+                rows.append((ManifestEntryStatus.DELETED, e.data_file, e))
+            else:
+                rows.append((ManifestEntryStatus.EXISTING, e.data_file, e))
+        return await self._write_manifest(base, spec, manifest.content, rows)
+
+    async def _merge(
+        self, base: TableMetadata, manifests: list[ManifestFile]
+    ) -> list[ManifestFile]:
+        """Bin-pack small manifests of one (spec, content) into target-size manifests.
+
+        Groups with fewer than ``min-count-to-merge`` manifests are left alone, so a table
+        accumulates a few manifests between merges instead of rewriting one on every commit.
+        """
+        min_count = self.merge_min_count or base.int_property(
+            MERGE_MIN_COUNT, MERGE_MIN_COUNT_DEFAULT
+        )
+        target = base.int_property(MANIFEST_TARGET_SIZE, MANIFEST_TARGET_SIZE_DEFAULT)
+        groups: dict[tuple[int, ManifestContent], list[ManifestFile]] = defaultdict(list)
+        for m in manifests:
+            groups[(m.partition_spec_id, m.content)].append(m)
+        new_paths = {m.manifest_path for m in self._new_manifests or []}
+        out: list[ManifestFile] = []
+        for (spec_id, content), group in groups.items():
+            if len(group) < max(min_count, 2):
+                out.extend(group)
+                continue
+            bins: list[list[ManifestFile]] = []
+            size = 0
+            for m in group:
+                if not bins or size + m.manifest_length > target:
+                    bins.append([])
+                    size = 0
+                bins[-1].append(m)
+                size += m.manifest_length
+            spec = base.spec_by_id(spec_id)
+            assert spec is not None
+            for bin_ in bins:
+                if len(bin_) == 1:
+                    out.extend(bin_)
+                    continue
+                rows: list[tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]] = []
+                for m in bin_:
+                    if m.manifest_path in new_paths:
+                        rows.extend(
+                            (ManifestEntryStatus.ADDED, f, None)
+                            for f in self._added_in(spec_id, content)
+                        )
+                        continue
+                    for e in await self.reader.entries(m, base.specs()):
+                        if e.is_live:
+                            rows.append((ManifestEntryStatus.EXISTING, e.data_file, e))
+                        elif e.snapshot_id == self.snapshot_id:
+                            # this snapshot's own removals stay visible; older ones are dropped
+                            rows.append((ManifestEntryStatus.DELETED, e.data_file, e))
+                out.append(await self._write_manifest(base, spec, content, rows))
+        return out
+
+    def _added_in(self, spec_id: int, content: ManifestContent) -> list[DataFile]:
+        want_data = content == ManifestContent.DATA
+        return [
+            f
+            for f in self._added
+            if f.spec_id == spec_id and (f.content == DataFileContent.DATA) == want_data
+        ]
+
+    # -- committing ----------------------------------------------------------------------
+
+    async def commit(self, policy: RetryPolicy | None = None) -> Table:
+        """Commit with retries; then remove what attempts wrote that nothing references."""
+        try:
+            committed = await commit_with_retry(
+                self.table.catalog,
+                self.table,
+                self.build,
+                self.already_applied,
+                policy=policy,
+                stats=self.stats,
+            )
+        except (CommitFailedError, ValidationError, ValidationConflictError):
+            # Retries exhausted or the change no longer applies: no attempt was committed.
+            await self._delete_unreferenced(set())
+            raise
+        # Anything else (CommitStateUnknownError, a storage or transport error, cancellation)
+        # may have struck after a swap that did happen: our files could be referenced, so
+        # they are all kept and left to orphan clean-up.
+        snapshot = committed.metadata.snapshot_by_id(self.snapshot_id)
+        if snapshot is not None and snapshot.manifest_list is not None:
+            try:
+                manifests = await self.reader.manifests(snapshot)
+            except Exception:
+                manifests = None  # cannot tell what is referenced: delete nothing
+            if manifests is not None:
+                keep = {snapshot.manifest_list, *(m.manifest_path for m in manifests)}
+                await self._delete_unreferenced(keep)
+        self.table = committed
+        return committed
+
+    async def _delete_unreferenced(self, keep: set[str]) -> None:
+        """Best effort: a file left behind is an orphan for clean-up, never a correctness
+        problem, so storage errors here are not raised."""
+        for path in self._written:
+            if path in keep:
+                continue
+            try:
+                await self.table.io.delete(path)
+            except Exception:
+                pass
+
+
+def _has_live(m: ManifestFile) -> bool:
+    return (m.added_files_count or 0) + (m.existing_files_count or 0) > 0 or (
+        m.added_files_count is None or m.existing_files_count is None
+    )
+
+
+def _count_added(deltas: dict[str, int], f: DataFile) -> None:
+    deltas[Summary.ADDED_FILES_SIZE] += f.file_size_in_bytes
+    if f.content == DataFileContent.DATA:
+        deltas[Summary.ADDED_DATA_FILES] += 1
+        deltas[Summary.ADDED_RECORDS] += f.record_count
+        return
+    deltas[Summary.ADDED_DELETE_FILES] += 1
+    if f.content == DataFileContent.POSITION_DELETES:
+        deltas[Summary.ADDED_POSITION_DELETE_FILES] += 1
+        deltas[Summary.ADDED_POSITION_DELETES] += f.record_count
+    else:
+        deltas[Summary.ADDED_EQUALITY_DELETE_FILES] += 1
+        deltas[Summary.ADDED_EQUALITY_DELETES] += f.record_count
+
+
+def _count_removed(deltas: dict[str, int], f: DataFile) -> None:
+    deltas[Summary.REMOVED_FILES_SIZE] += f.file_size_in_bytes
+    if f.content == DataFileContent.DATA:
+        deltas[Summary.DELETED_DATA_FILES] += 1
+        deltas[Summary.DELETED_RECORDS] += f.record_count
+        return
+    deltas[Summary.REMOVED_DELETE_FILES] += 1
+    if f.content == DataFileContent.POSITION_DELETES:
+        deltas[Summary.REMOVED_POSITION_DELETE_FILES] += 1
+        deltas[Summary.REMOVED_POSITION_DELETES] += f.record_count
+    else:
+        deltas[Summary.REMOVED_EQUALITY_DELETE_FILES] += 1
+        deltas[Summary.REMOVED_EQUALITY_DELETES] += f.record_count
+
+
+# -- the operations, by name -----------------------------------------------------------------
+
+
+def fast_append(table: Table, files: Iterable[DataFile], **kwargs: Any) -> SnapshotProducer:
+    return SnapshotProducer(table, Operation.APPEND, merge_manifests=False, **kwargs).add_files(
+        files
+    )
+
+
+def merge_append(table: Table, files: Iterable[DataFile], **kwargs: Any) -> SnapshotProducer:
+    """Append, merging small manifests per the table's ``commit.manifest*`` properties."""
+    return SnapshotProducer(table, Operation.APPEND, **kwargs).add_files(files)
+
+
+def overwrite_files(
+    table: Table, removed: Iterable[str], added: Iterable[DataFile], **kwargs: Any
+) -> SnapshotProducer:
+    return (
+        SnapshotProducer(table, Operation.OVERWRITE, **kwargs)
+        .delete_files(removed)
+        .add_files(added)
+    )
+
+
+def overwrite_by_filter(
+    table: Table, predicate: FileFilter, added: Iterable[DataFile], **kwargs: Any
+) -> SnapshotProducer:
+    return (
+        SnapshotProducer(table, Operation.OVERWRITE, **kwargs)
+        .delete_where(predicate)
+        .add_files(added)
+    )
+
+
+def delete_files(
+    table: Table,
+    paths: Iterable[str] = (),
+    predicate: FileFilter | None = None,
+    **kwargs: Any,
+) -> SnapshotProducer:
+    producer = SnapshotProducer(table, Operation.DELETE, **kwargs).delete_files(paths)
+    if predicate is not None:
+        producer.delete_where(predicate)
+    return producer
+
+
+def row_delta(
+    table: Table, data_files: Iterable[DataFile], delete_files: Iterable[DataFile], **kwargs: Any
+) -> SnapshotProducer:
+    deletes = list(delete_files)
+    for d in deletes:
+        if d.content == DataFileContent.DATA:
+            raise ValidationError(f"{d.file_path}: row delta delete files must be delete files")
+    data = list(data_files)
+    # Operation names as the spec defines them: only delete files added is a "delete".
+    if not deletes:
+        operation = Operation.APPEND
+    elif not data:
+        operation = Operation.DELETE
+    else:
+        operation = Operation.OVERWRITE
+    producer = SnapshotProducer(table, operation, **kwargs)
+    return producer.add_files(data).add_files(deletes)
+
+
+def rewrite_files(
+    table: Table, removed: Iterable[str], added: Iterable[DataFile], **kwargs: Any
+) -> SnapshotProducer:
+    """Compaction: replace files with new ones holding the same rows (``replace``)."""
+    return (
+        SnapshotProducer(table, Operation.REPLACE, **kwargs).delete_files(removed).add_files(added)
+    )
+
+
+def data_file_location(table: Table, partition_path: str, name: str) -> str:
+    base = data_dir(table.metadata)
+    return f"{base}/{partition_path}/{name}" if partition_path else f"{base}/{name}"
