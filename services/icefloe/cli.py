@@ -196,7 +196,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("namespace")
     table.set_defaults(handler=cmd_table)
 
-
     return parser
 
 
