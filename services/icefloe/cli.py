@@ -132,6 +132,12 @@ async def cmd_table(args: argparse.Namespace) -> int:
     return await _with_catalog(args, run)
 
 
+async def cmd_coordinator(args: argparse.Namespace) -> int:
+    from icefloe.coordinator import run_from_args
+
+    return await run_from_args(args)
+
+
 # -- parser -----------------------------------------------------------------------------------
 
 
@@ -195,6 +201,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = with_catalog(tsub.add_parser("list"))
     p.add_argument("namespace")
     table.set_defaults(handler=cmd_table)
+
+    from icefloe.coordinator_config import add_arguments as add_coordinator_arguments
+
+    coordinator = sub.add_parser(
+        "coordinator", help="run the commit coordinator service (flags override ICEFLOE_*)"
+    )
+    add_coordinator_arguments(coordinator)
+    coordinator.set_defaults(handler=cmd_coordinator)
 
     return parser
 

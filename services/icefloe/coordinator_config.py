@@ -1,0 +1,188 @@
+"""Settings of the coordinator service, from ``ICEFLOE_*`` environment variables and flags.
+
+One settings object serves the process: Kafka connection (brokers, SASL, TLS), topics and
+group, the catalog URI, batching defaults, the file checks and the HTTP port. Flags of
+``icefloe coordinator`` override the environment (they are passed as init values, which
+pydantic-settings ranks above the environment), so a deployment sets the environment once
+and an operator can still try a change from the command line.
+
+Batching limits here are defaults: a table overrides them with the table properties
+``icefloe.batch.max-files``, ``icefloe.batch.max-bytes`` and ``icefloe.batch.max-wait-ms``
+(see :mod:`icefloe.table_batcher`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ssl
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import pydantic
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from icefloe.errors import ValidationError
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+class CoordinatorConfig(BaseSettings):
+    """Everything the coordinator needs to run; see the module docstring for precedence."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ICEFLOE_", extra="ignore", frozen=True, populate_by_name=True
+    )
+
+    # -- Kafka connection -------------------------------------------------------------------
+    brokers: str = Field("localhost:9092", min_length=1, description="host:port[,host:port]")
+    client_id: str = "icefloe-coordinator"
+    security_protocol: SecurityProtocol | None = Field(
+        None, description="default: derived from the SASL and TLS settings"
+    )
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    tls_cafile: str | None = None
+    tls_certfile: str | None = None
+    tls_keyfile: str | None = None
+    tls_key_password: SecretStr | None = None
+
+    # -- topics and group -------------------------------------------------------------------
+    events_topic: str = Field("icefloe.events", min_length=1)
+    results_topic: str = Field("icefloe.results", min_length=1)
+    dead_letter_topic: str = Field("icefloe.dead-letter", min_length=1)
+    group_id: str = Field("icefloe-coordinator", min_length=1)
+    create_topics: bool = True
+    topic_partitions: int = Field(16, ge=1)
+    topic_replication_factor: int = Field(1, ge=1)
+    session_timeout_ms: int = Field(10_000, ge=100)
+    heartbeat_interval_ms: int | None = Field(
+        None, ge=10, description="default: a third of the session timeout"
+    )
+
+    # -- tables -----------------------------------------------------------------------------
+    catalog: str = Field(..., min_length=1, description="catalog URI, see icefloe.catalog_uri")
+    batch_max_files: int = Field(1000, ge=1)
+    batch_max_bytes: int = Field(1 << 30, ge=1)
+    batch_max_wait_ms: int = Field(10_000, ge=0)
+    check_files: bool = Field(True, description="check data files exist with the stated size")
+    file_check_concurrency: int = Field(32, ge=1)
+    abandon_after_ms: int = Field(
+        3_600_000,
+        ge=1,
+        description="files-written events with no commit-requested this long are dead-lettered",
+    )
+
+    # -- service ----------------------------------------------------------------------------
+    http_host: str = "0.0.0.0"
+    http_port: int = Field(9464, ge=0, le=65535, description="0 picks a free port")
+    offset_commit_interval_ms: int = Field(1000, ge=10)
+    max_inflight_events: int = Field(100_000, ge=1)
+    shutdown_timeout_ms: int = Field(60_000, ge=0)
+    log_level: str = "INFO"
+    log_format: Literal["json", "text"] = "json"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CoordinatorConfig:
+        if self.sasl_mechanism is not None and (
+            self.sasl_username is None or self.sasl_password is None
+        ):
+            raise ValueError(
+                f"sasl_mechanism {self.sasl_mechanism} needs sasl_username and sasl_password"
+            )
+        if (self.tls_certfile is None) != (self.tls_keyfile is None):
+            raise ValueError("tls_certfile and tls_keyfile must be given together")
+        topics = [self.events_topic, self.results_topic, self.dead_letter_topic]
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"events, results and dead-letter topics must differ, got {topics}")
+        return self
+
+    @classmethod
+    def load(cls, overrides: Mapping[str, Any] | None = None) -> CoordinatorConfig:
+        """Settings from the environment, with ``overrides`` (non-None values) on top.
+
+        Raises a ValidationError naming each bad setting by its environment variable.
+        """
+        given = {k: v for k, v in (overrides or {}).items() if v is not None}
+        try:
+            return cls(**given)
+        except pydantic.ValidationError as e:
+            problems = []
+            for err in e.errors():
+                loc = ".".join(str(p) for p in err.get("loc", ()))
+                where = f"ICEFLOE_{loc.upper()}" if loc else "settings"
+                problems.append(f"{where}: {err.get('msg', 'invalid value')}")
+            raise ValidationError("invalid coordinator settings: " + "; ".join(problems)) from None
+
+    # -- derived ----------------------------------------------------------------------------
+
+    @property
+    def effective_security_protocol(self) -> SecurityProtocol:
+        if self.security_protocol is not None:
+            return self.security_protocol
+        tls = self.tls_cafile is not None or self.tls_certfile is not None
+        if self.sasl_mechanism is not None:
+            return "SASL_SSL" if tls else "SASL_PLAINTEXT"
+        return "SSL" if tls else "PLAINTEXT"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client TLS context when the protocol uses TLS (system CAs unless a CA file)."""
+        if self.effective_security_protocol not in ("SSL", "SASL_SSL"):
+            return None
+        context = ssl.create_default_context(cafile=self.tls_cafile)
+        if self.tls_certfile is not None:
+            password = self.tls_key_password.get_secret_value() if self.tls_key_password else None
+            context.load_cert_chain(self.tls_certfile, self.tls_keyfile, password)
+        return context
+
+    def kafka_options(self) -> dict[str, Any]:
+        """Connection keyword arguments shared by aiokafka's consumer, producer and admin."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": [b.strip() for b in self.brokers.split(",") if b.strip()],
+            "client_id": self.client_id,
+            "security_protocol": self.effective_security_protocol,
+        }
+        context = self.ssl_context()
+        if context is not None:
+            options["ssl_context"] = context
+        if self.sasl_mechanism is not None:
+            assert self.sasl_password is not None  # checked by _consistent
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_username
+            options["sasl_plain_password"] = self.sasl_password.get_secret_value()
+        return options
+
+    @property
+    def effective_heartbeat_interval_ms(self) -> int:
+        return self.heartbeat_interval_ms or max(10, self.session_timeout_ms // 3)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per setting (``--batch-max-files``, ``--check-files/--no-check-files``...).
+
+    Every flag defaults to None, so only flags actually given override the environment.
+    """
+    for name, info in CoordinatorConfig.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        annotation = info.annotation
+        text = info.description or ""
+        env = f"ICEFLOE_{name.upper()}"
+        help_text = f"{text} (env {env})" if text else f"env {env}"
+        if annotation is bool:
+            parser.add_argument(
+                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
+            )
+        elif annotation is int or annotation == (int | None):
+            parser.add_argument(flag, dest=name, type=int, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, dest=name, default=None, help=help_text)
+
+
+def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        name: getattr(args, name)
+        for name in CoordinatorConfig.model_fields
+        if getattr(args, name, None) is not None
+    }
