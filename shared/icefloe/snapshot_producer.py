@@ -98,6 +98,10 @@ class SnapshotProducer:
         self._new_manifests: list[ManifestFile] | None = None
         self._written: list[str] = []  # every file any attempt wrote, for clean-up
         self._attempts = 0
+        # The branch head the operation was planned on: a rewrite must see every delete
+        # committed after it (see _check_no_new_deletes).
+        start = table.metadata.snapshot_by_ref(branch)
+        self._start_snapshot_id = start.snapshot_id if start is not None else None
 
     # -- configuration -------------------------------------------------------------------
 
@@ -138,8 +142,19 @@ class SnapshotProducer:
     async def build(self, table: Table) -> TableMetadata:
         """New metadata with this snapshot on ``self.branch``, built on ``table``'s metadata."""
         base = table.metadata
+        existing_ref = base.refs.get(self.branch)
+        if existing_ref is not None and not existing_ref.is_branch:
+            raise ValidationError(
+                f"cannot commit to {self.branch!r} of {table.identifier}: it is a tag, and "
+                "tags never move; commit to a branch"
+            )
         self._attempts += 1
-        parent = base.snapshot_by_ref(self.branch)
+        # A branch that does not exist yet forks from the current snapshot, as in Java.
+        parent = (
+            base.snapshot_by_ref(self.branch)
+            if self.branch in base.refs
+            else base.current_snapshot()
+        )
         specs = base.specs()
         new_manifests = await self._write_new_manifests(base)
 
@@ -147,6 +162,7 @@ class SnapshotProducer:
         deltas: dict[str, int] = defaultdict(int)
         changed_partitions: set[tuple[int, tuple[Any, ...]]] = set()
         found_paths: set[str] = set()
+        replaced: list[DataFile] = []
         removing = bool(self._deleted_paths) or self._delete_filter is not None
         parent_manifests = await self.reader.manifests(parent) if parent is not None else []
         for manifest in parent_manifests:
@@ -167,6 +183,8 @@ class SnapshotProducer:
             for e in doomed:
                 _count_removed(deltas, e.data_file)
                 changed_partitions.add((e.data_file.spec_id, e.data_file.partition))
+                if e.data_file.content == DataFileContent.DATA:
+                    replaced.append(e.data_file)
             kept.append(await self._rewrite_manifest(base, manifest, entries, doomed_paths))
         missing = self._deleted_paths - found_paths
         if missing and self.validate_deleted_paths:
@@ -175,6 +193,8 @@ class SnapshotProducer:
                 f"{self.operation} on {table.identifier} cannot remove {len(missing)} file(s) "
                 f"that are no longer live in the table (removed concurrently?): {sample}"
             )
+        if self.operation == Operation.REPLACE and replaced:
+            await self._check_no_new_deletes(table, parent, replaced)
         for f in self._added:
             _count_added(deltas, f)
             changed_partitions.add((f.spec_id, f.partition))
@@ -223,7 +243,6 @@ class SnapshotProducer:
             if first_row_id is not None and next_row_id is not None
             else None,
         )
-        existing_ref = base.refs.get(self.branch)
         ref = (
             existing_ref.model_copy(update={"snapshot_id": self.snapshot_id})
             if existing_ref is not None
@@ -231,6 +250,62 @@ class SnapshotProducer:
         )
         builder = MetadataBuilder(base).add_snapshot(snapshot).set_ref(self.branch, ref)
         return builder.build(table.metadata_location)
+
+    async def _check_no_new_deletes(
+        self, table: Table, parent: Snapshot | None, replaced: list[DataFile]
+    ) -> None:
+        """Refuse a rewrite that would undo deletes committed since it was planned.
+
+        The new files hold the rows of the replaced ones as they were read, and take a newer
+        sequence number than any delete committed meanwhile, so such deletes would stop
+        applying and deleted rows would come back. A delete file counts if it can apply to a
+        replaced file: it names that file, or shares its spec and partition, or its spec is
+        unpartitioned (the spec's rules for applying deletes).
+        """
+        if parent is None or parent.snapshot_id == self._start_snapshot_id:
+            return
+        base = table.metadata
+        newer: list[Snapshot] = []
+        for snapshot in base.ancestors_of(parent.snapshot_id):
+            if snapshot.snapshot_id == self._start_snapshot_id:
+                break
+            newer.append(snapshot)
+        else:
+            if self._start_snapshot_id is not None:
+                raise ValidationConflictError(
+                    f"{self.operation} on {table.identifier}: snapshot "
+                    f"{self._start_snapshot_id} it was planned on is no longer in the history "
+                    f"of {self.branch!r}; plan it again"
+                )
+        paths = {f.file_path for f in replaced}
+        partitions = {(f.spec_id, f.partition) for f in replaced}
+        specs = base.specs()
+        for snapshot in newer:
+            for manifest in await self.reader.manifests(snapshot):
+                if (
+                    manifest.content != ManifestContent.DELETES
+                    or manifest.added_snapshot_id != snapshot.snapshot_id
+                ):
+                    continue
+                for e in await self.reader.entries(manifest, specs):
+                    d = e.data_file
+                    if e.status != ManifestEntryStatus.ADDED:
+                        continue
+                    if d.referenced_data_file is not None:
+                        applies = d.referenced_data_file in paths
+                    else:
+                        spec = specs.get(d.spec_id)
+                        applies = (spec is not None and spec.is_unpartitioned) or (
+                            d.spec_id,
+                            d.partition,
+                        ) in partitions
+                    if applies:
+                        raise ValidationConflictError(
+                            f"{self.operation} on {table.identifier}: delete file "
+                            f"{d.file_path} was committed (snapshot {snapshot.snapshot_id}) "
+                            "after the rewrite was planned and may delete rows of the files it "
+                            "replaces; plan the rewrite again"
+                        )
 
     def _removes(self, data_file: DataFile, base: TableMetadata) -> bool:
         if data_file.file_path in self._deleted_paths:
