@@ -644,6 +644,12 @@ class TableCommitter:
         table = await self.current()
         metadata = table.metadata
         what = f"files-written event {event.event_id} for table {self.name}"
+        if (
+            metadata.schema_by_id(event.schema_id) is None
+            or metadata.spec_by_id(event.spec_id) is None
+        ):
+            # A writer may have evolved the table since it was loaded: look once more.
+            metadata = (await self.load()).metadata
         schema = metadata.schema_by_id(event.schema_id)
         if schema is None:
             known = sorted(s.schema_id for s in metadata.schemas)

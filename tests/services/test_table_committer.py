@@ -25,6 +25,7 @@ from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata_builder import MetadataBuilder
 from icefloe.partition import PartitionField, PartitionSpec
 from icefloe.schema import Schema
+from icefloe.schema_update import UpdateSchema
 from icefloe.snapshot import SnapshotRef
 from icefloe.table_batcher import PendingFiles, Unit
 from icefloe.table_committer import (
@@ -414,6 +415,22 @@ async def test_valid_event_decodes(env: Env) -> None:
     files = [env.data_file(), env.data_file("b")]
     data, deletes = await env.committer().validate_files_written(env.event("c", files))
     assert [f.file_path for f in data] == [f.file_path for f in files] and deletes == []
+
+
+async def test_event_naming_a_schema_added_after_loading_is_accepted(env: Env) -> None:
+    committer = env.committer()
+    await committer.validate_files_written(env.event("c0", [env.data_file()]))  # loads the table
+    table = await env.reload()
+    evolved, last_id = (
+        UpdateSchema(table.metadata.schema(), table.metadata.last_column_id, 2)
+        .add_column("note", StringType())
+        .apply()
+    )
+    builder = MetadataBuilder(table.metadata).add_schema(evolved, last_id).set_current_schema(-1)
+    await env.catalog.commit(table, builder.build(table.metadata_location))
+    event = env.event("c1", [env.data_file()]).model_copy(update={"schema_id": evolved.schema_id})
+    data, _ = await committer.validate_files_written(event)
+    assert len(data) == 1
 
 
 async def test_events_that_do_not_fit_the_table_are_rejected_with_a_kind(env: Env) -> None:
