@@ -138,6 +138,12 @@ async def cmd_coordinator(args: argparse.Namespace) -> int:
     return await run_from_args(args)
 
 
+async def cmd_local_stack(args: argparse.Namespace) -> int:
+    from icefloe.local_stack import run_local_stack
+
+    return await run_local_stack(args)
+
+
 # -- parser -----------------------------------------------------------------------------------
 
 
@@ -209,6 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_coordinator_arguments(coordinator)
     coordinator.set_defaults(handler=cmd_coordinator)
+
+    from icefloe.local_stack import add_arguments as add_local_stack_arguments
+
+    local_stack = sub.add_parser(
+        "local-stack",
+        help="run local Kafka, Redis, DynamoDB and S3 servers until Ctrl-C (prints exports)",
+    )
+    add_local_stack_arguments(local_stack)
+    local_stack.set_defaults(handler=cmd_local_stack)
 
     return parser
 
