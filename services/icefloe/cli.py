@@ -138,6 +138,18 @@ async def cmd_coordinator(args: argparse.Namespace) -> int:
     return await run_from_args(args)
 
 
+async def cmd_planner(args: argparse.Namespace) -> int:
+    from icefloe.planner import run_from_args
+
+    return await run_from_args(args)
+
+
+async def cmd_scan(args: argparse.Namespace) -> int:
+    from icefloe.scan_cli import run
+
+    return await run(args)
+
+
 async def cmd_local_stack(args: argparse.Namespace) -> int:
     from icefloe.local_stack import run_local_stack
 
@@ -215,6 +227,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_coordinator_arguments(coordinator)
     coordinator.set_defaults(handler=cmd_coordinator)
+
+    from icefloe.planner_config import add_arguments as add_planner_arguments
+
+    planner = sub.add_parser(
+        "planner", help="run the scan planner service (flags override ICEFLOE_PLANNER_*)"
+    )
+    add_planner_arguments(planner)
+    planner.set_defaults(handler=cmd_planner)
+
+    from icefloe.scan_cli import add_arguments as add_scan_arguments
+
+    scan = sub.add_parser("scan", help="plan a scan of a table and print its tasks or rows")
+    add_scan_arguments(scan)
+    scan.set_defaults(handler=cmd_scan)
 
     from icefloe.local_stack import add_arguments as add_local_stack_arguments
 
