@@ -12,11 +12,13 @@ from __future__ import annotations
 import re
 import uuid
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from icefloe.errors import (
+    AlreadyExistsError,
     CommitFailedError,
     CommitStateUnknownError,
     NotFoundError,
@@ -33,6 +35,8 @@ PREVIOUS_VERSIONS_MAX_DEFAULT = 100
 DELETE_AFTER_COMMIT = "write.metadata.delete-after-commit.enabled"
 METADATA_PATH = "write.metadata.path"
 DATA_PATH = "write.data.path"
+# Parsed metadata files a catalog keeps (see Catalog.parse_metadata).
+PARSED_METADATA_CACHE_ENTRIES = 8
 
 _METASTORE_FILE = re.compile(r"^(\d+)-[0-9a-fA-F-]+\.metadata\.json(\.gz)?$")
 _FS_FILE = re.compile(r"^v(\d+)\.metadata\.json(\.gz)?$")
@@ -153,6 +157,7 @@ class Catalog(ABC):
         self.name = name
         self.io = io
         self.properties = dict(properties or {})
+        self._parsed: OrderedDict[str, tuple[bytes, TableMetadata]] = OrderedDict()
 
     # -- namespaces ---------------------------------------------------------------------
 
@@ -259,7 +264,24 @@ class Catalog(ABC):
         return f"{base.rstrip('/')}/{identifier.name}"
 
     async def read_metadata(self, location: str) -> TableMetadata:
-        return parse_table_metadata(await self.io.read(location), location=location)
+        return self.parse_metadata(location, await self.io.read(location))
+
+    def parse_metadata(self, location: str, data: bytes) -> TableMetadata:
+        """Parse metadata read from ``location``, reusing the last parse of the same bytes.
+
+        Committers that lose a race all reload the winner's file, and parsing dominates a
+        reload of a long-lived table. A hit needs identical bytes, not only the same name:
+        a file-system table's ``v<N>.metadata.json`` comes back after a drop and re-create.
+        """
+        hit = self._parsed.get(location)
+        if hit is not None and hit[0] == data:
+            self._parsed.move_to_end(location)
+            return hit[1]
+        metadata = parse_table_metadata(data, location=location)
+        self._parsed[location] = (data, metadata)
+        while len(self._parsed) > PARSED_METADATA_CACHE_ENTRIES:
+            self._parsed.popitem(last=False)
+        return metadata
 
     async def close(self) -> None:
         await self.io.close()
@@ -309,7 +331,12 @@ class MetastoreCatalog(Catalog):
     ) -> str:
         location = new_metastore_metadata_location(metadata, None)
         await self.io.write_once(location, metadata.to_json_bytes())
-        await self._create_pointer(identifier, location)
+        try:
+            await self._create_pointer(identifier, location)
+        except (AlreadyExistsError, NotFoundError):
+            # Definitely not created: the file would be an orphan in someone else's table.
+            await self.io.delete(location)
+            raise
         return location
 
     async def register_table(

@@ -34,7 +34,7 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.fileio import FileIO
-from icefloe.metadata import TableMetadata, parse_table_metadata
+from icefloe.metadata import TableMetadata
 
 NAMESPACE_MARKER = ".namespace.json"
 VERSION_HINT = "version-hint.text"
@@ -197,7 +197,7 @@ class FileSystemCatalog(Catalog):
             data = await self.io.read(self._version_file(ident, version))
         location = self._version_file(ident, version)
         self._seen[ident] = version
-        return Table(ident, parse_table_metadata(data, location=location), location, self)
+        return Table(ident, self.parse_metadata(location, data), location, self)
 
     async def _create_table_pointer(
         self, identifier: TableIdentifier, metadata: TableMetadata

@@ -65,7 +65,9 @@ def retained_snapshots(
     )
     if default_keep < 1:
         raise ValidationError(f"retain_last must be at least 1, got {default_keep}")
-    table_max_ref_age = metadata.properties.get(MAX_REF_AGE_MS)
+    table_max_ref_age = (
+        metadata.int_property(MAX_REF_AGE_MS, 0) if MAX_REF_AGE_MS in metadata.properties else None
+    )
 
     retained: set[int] = set()
     removed_refs: list[str] = []
@@ -74,8 +76,8 @@ def retained_snapshots(
         if snapshot is None:
             continue
         max_ref_age = ref.max_ref_age_ms
-        if max_ref_age is None and table_max_ref_age is not None:
-            max_ref_age = int(table_max_ref_age)
+        if max_ref_age is None:
+            max_ref_age = table_max_ref_age
         expired_ref = max_ref_age is not None and snapshot.timestamp_ms < now_ms - max_ref_age
         if name != MAIN_BRANCH and expired_ref:
             removed_refs.append(name)
@@ -98,7 +100,10 @@ def retained_snapshots(
     for name, ref in metadata.refs.items():
         if name in removed_refs:
             continue
-        on_a_ref.update(s.snapshot_id for s in metadata.ancestors_of(ref.snapshot_id))
+        if ref.is_branch:
+            on_a_ref.update(s.snapshot_id for s in metadata.ancestors_of(ref.snapshot_id))
+        else:
+            on_a_ref.add(ref.snapshot_id)  # a tag references its snapshot, not the history
     for s in metadata.snapshots:
         if s.snapshot_id not in on_a_ref and s.timestamp_ms >= default_cutoff:
             retained.add(s.snapshot_id)
@@ -106,9 +111,17 @@ def retained_snapshots(
 
 
 async def _reachable(
-    reader: ManifestReader, metadata: TableMetadata, snapshots: Iterable[Snapshot]
+    reader: ManifestReader,
+    metadata: TableMetadata,
+    snapshots: Iterable[Snapshot],
+    *,
+    live_only: bool = False,
 ) -> tuple[set[str], set[str], set[str]]:
-    """(manifest lists, manifests, content files) that ``snapshots`` reference."""
+    """(manifest lists, manifests, content files) that ``snapshots`` reference.
+
+    With ``live_only`` a file counts only where it is part of a snapshot: a DELETED entry
+    records that the snapshot removed the file, so it keeps no file alive.
+    """
     lists: set[str] = set()
     manifests: set[str] = set()
     files: set[str] = set()
@@ -122,7 +135,7 @@ async def _reachable(
             if m.manifest_path in seen:
                 continue
             seen.add(m.manifest_path)
-            for e in await reader.entries(m, specs):
+            for e in await reader.entries(m, specs, live_only=live_only):
                 files.add(e.data_file.file_path)
     return lists, manifests, files
 
@@ -143,6 +156,7 @@ async def expire_snapshots(
     explicit = set(snapshot_ids)
     result = ExpireResult()
     planned: dict[str, set[int]] = {}
+    bases: list[TableMetadata] = []
 
     async def build(current: Table) -> TableMetadata:
         metadata = current.metadata
@@ -162,6 +176,7 @@ async def expire_snapshots(
             if s.snapshot_id not in retained or s.snapshot_id in explicit
         }
         planned["expired"] = expired
+        bases.append(metadata)
         result.removed_refs = removed_refs
         builder = MetadataBuilder(metadata)
         for name in removed_refs:
@@ -171,10 +186,23 @@ async def expire_snapshots(
         return builder.build(current.metadata_location)
 
     def applied(current: Table) -> bool:
-        return not any(current.metadata.snapshot_by_id(s) for s in planned.get("expired", ()))
+        return not any(
+            current.metadata.snapshot_by_id(s) for s in planned.get("expired", ())
+        ) and not any(name in current.metadata.refs for name in result.removed_refs)
 
-    before = table.metadata
+    retained, removed_refs = retained_snapshots(
+        table.metadata, now_ms=now, older_than_ms=older_than_ms, retain_last=retain_last
+    )
+    if (
+        not removed_refs
+        and not explicit
+        and retained >= {s.snapshot_id for s in table.metadata.snapshots}
+    ):
+        return result  # nothing to expire: no new metadata version for nothing
+
     committed = await commit_with_retry(table.catalog, table, build, applied, policy=policy)
+    # File clean-up compares the base the committed change was built on with the result.
+    before = bases[-1]
     expired_ids = sorted(planned.get("expired", set()))
     result.expired_snapshot_ids = expired_ids
     gc = before.properties.get(GC_ENABLED, "true").lower() != "false"
@@ -185,7 +213,9 @@ async def expire_snapshots(
     expired = [s for s in before.snapshots if s.snapshot_id in set(expired_ids)]
     kept = list(committed.metadata.snapshots)
     old_lists, old_manifests, old_files = await _reachable(reader, before, expired)
-    new_lists, new_manifests, new_files = await _reachable(reader, committed.metadata, kept)
+    new_lists, new_manifests, new_files = await _reachable(
+        reader, committed.metadata, kept, live_only=True
+    )
     for path in old_files - new_files:
         await table.io.delete(path)
         result.deleted_data_files += 1

@@ -100,7 +100,11 @@ class SnapshotProducer:
         self._attempts = 0
         # The branch head the operation was planned on: a rewrite must see every delete
         # committed after it (see _check_no_new_deletes).
-        start = table.metadata.snapshot_by_ref(branch)
+        start = (
+            table.metadata.snapshot_by_ref(branch)
+            if branch in table.metadata.refs
+            else table.metadata.current_snapshot()  # where a new branch forks (see build)
+        )
         self._start_snapshot_id = start.snapshot_id if start is not None else None
 
     # -- configuration -------------------------------------------------------------------
