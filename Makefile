@@ -21,7 +21,7 @@ typecheck:
 	$(VENV)/bin/mypy
 
 test: check
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 bench: setup
 	$(PY) -m icefloe.bench
