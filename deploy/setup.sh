@@ -24,9 +24,9 @@ want="$(cat requirements.lock pyproject.toml | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "setup: python environment in $VENV"
   [ -x "$VENV/bin/python" ] || $PY -m venv "$VENV"
-  "$VENV/bin/pip" install -q --upgrade pip
-  "$VENV/bin/pip" install -q -r requirements.lock
-  "$VENV/bin/pip" install -q --no-deps -e .
+  "$VENV/bin/pip" install -qq --upgrade pip
+  "$VENV/bin/pip" install -qq -r requirements.lock
+  "$VENV/bin/pip" install -qq --no-deps -e .
   echo "$want" > "$stamp"
 fi
 
