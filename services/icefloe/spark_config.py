@@ -14,18 +14,17 @@ cluster sets them for every job), ``ICEFLOE_<NAME>`` environment variables, defa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from icefloe import kafka_settings, settings_flags
 from icefloe.errors import ValidationError
+from icefloe.kafka_settings import SaslMechanism, SecurityProtocol
 
 SPARK_CONF_PREFIX = "spark.icefloe."
-
-SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
-SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
 
 class SparkConfig(BaseSettings):
@@ -75,12 +74,7 @@ class SparkConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> SparkConfig:
-        if self.sasl_mechanism is not None and (
-            self.sasl_username is None or self.sasl_password is None
-        ):
-            raise ValueError(
-                f"sasl_mechanism {self.sasl_mechanism} needs sasl_username and sasl_password"
-            )
+        kafka_settings.check_sasl(self.sasl_mechanism, self.sasl_username, self.sasl_password)
         return self
 
     @classmethod
@@ -108,14 +102,10 @@ class SparkConfig(BaseSettings):
         try:
             return cls(**given)
         except pydantic.ValidationError as e:
-            problems = []
-            for err in e.errors():
-                loc = ".".join(str(p) for p in err.get("loc", ()))
-                where = f"{SPARK_CONF_PREFIX}{loc.replace('_', '-')}" if loc else "settings"
-                problems.append(f"{where}: {err.get('msg', 'invalid value')}")
-            raise ValidationError(
-                "invalid icefloe Spark settings: " + "; ".join(problems)
-            ) from None
+            problems = settings_flags.describe_problems(
+                e, lambda loc: f"{SPARK_CONF_PREFIX}{loc.replace('_', '-')}"
+            )
+            raise ValidationError(f"invalid icefloe Spark settings: {problems}") from None
 
     def require_catalog(self) -> str:
         if not self.catalog:
@@ -135,31 +125,25 @@ class SparkConfig(BaseSettings):
 
     @property
     def effective_security_protocol(self) -> SecurityProtocol:
-        if self.security_protocol is not None:
-            return self.security_protocol
-        if self.sasl_mechanism is not None:
-            return "SASL_SSL" if self.tls_cafile else "SASL_PLAINTEXT"
-        return "SSL" if self.tls_cafile else "PLAINTEXT"
+        return kafka_settings.derive_security_protocol(
+            self.security_protocol, self.sasl_mechanism, bool(self.tls_cafile)
+        )
 
     def kafka_options(self) -> dict[str, Any]:
         """Connection keyword arguments for aiokafka's producer and consumer."""
-        options: dict[str, Any] = {
-            "bootstrap_servers": [
-                b.strip() for b in self.require_brokers().split(",") if b.strip()
-            ],
-            "client_id": self.client_id,
-            "security_protocol": self.effective_security_protocol,
-        }
-        if options["security_protocol"] in ("SSL", "SASL_SSL"):
-            import ssl
-
-            options["ssl_context"] = ssl.create_default_context(cafile=self.tls_cafile)
-        if self.sasl_mechanism is not None:
-            assert self.sasl_password is not None  # checked by _consistent
-            options["sasl_mechanism"] = self.sasl_mechanism
-            options["sasl_plain_username"] = self.sasl_username
-            options["sasl_plain_password"] = self.sasl_password.get_secret_value()
-        return options
+        brokers = self.require_brokers()
+        protocol = self.effective_security_protocol
+        return kafka_settings.connection_options(
+            brokers=brokers,
+            client_id=self.client_id,
+            security_protocol=protocol,
+            ssl_context=kafka_settings.client_ssl_context(self.tls_cafile)
+            if kafka_settings.uses_tls(protocol)
+            else None,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=self.sasl_password,
+        )
 
     def cache_key(self) -> tuple[Any, ...]:
         """What identifies one Kafka connection: jobs with equal keys share a channel."""

@@ -30,7 +30,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Context, Decimal
 from functools import lru_cache
-from typing import Any, cast
+from types import TracebackType
+from typing import Any, Self, cast
 
 import fastavro
 
@@ -854,9 +855,49 @@ class AvroWriter:
         self._pending.clear()
 
 
+class AvroFileWriter:
+    """Base of the writers that put one Avro file into a caller's stream (manifests, lists).
+
+    Closing flushes the last block once. Leaving a ``with`` block on an exception only marks
+    the writer closed: the output is incomplete, and flushing it would make half a manifest
+    look like a whole one.
+    """
+
+    def __init__(
+        self,
+        output: Any,
+        parsed_schema: dict[str, Any],
+        metadata: Mapping[str, str],
+        codec: str = DEFAULT_CODEC,
+    ) -> None:
+        self._closed = False
+        self._writer = AvroWriter(output, parsed_schema, metadata, codec)
+
+    def close(self) -> None:
+        """Flush the last block; the caller owns (and closes) the output stream."""
+        if not self._closed:
+            self._closed = True
+            self._writer.flush()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self._closed = True
+
+
 __all__ = [
     "AvroContainer",
     "AvroConversion",
+    "AvroFileWriter",
     "AvroWriter",
     "avro_decoder",
     "avro_default",

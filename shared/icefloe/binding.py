@@ -32,7 +32,6 @@ from icefloe.expressions import (
     AlwaysTrue,
     And,
     BooleanExpression,
-    BooleanExpressionVisitor,
     BoundLiteralPredicate,
     BoundPredicate,
     BoundReference,
@@ -43,9 +42,8 @@ from icefloe.expressions import (
     IdReference,
     Literal,
     LiteralPredicate,
-    Not,
     Operation,
-    Or,
+    RebuildingVisitor,
     Reference,
     SetPredicate,
     TransformTerm,
@@ -586,25 +584,10 @@ def bind_predicate(
     return _bind_comparison(op, term, pred.literal, describe)
 
 
-class _Binder(BooleanExpressionVisitor[BooleanExpression]):
+class _Binder(RebuildingVisitor):
     def __init__(self, schema: Schema, case_sensitive: bool) -> None:
         self.schema = schema
         self.case_sensitive = case_sensitive
-
-    def visit_true(self) -> BooleanExpression:
-        return AlwaysTrue()
-
-    def visit_false(self) -> BooleanExpression:
-        return AlwaysFalse()
-
-    def visit_not(self, child_result: BooleanExpression) -> BooleanExpression:
-        return Not(child_result)
-
-    def visit_and(self, left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
-        return And(left, right)
-
-    def visit_or(self, left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
-        return Or(left, right)
 
     def visit_unbound_predicate(self, predicate: UnboundPredicate) -> BooleanExpression:
         return bind_predicate(self.schema, predicate, self.case_sensitive)

@@ -43,6 +43,8 @@ from icefloe.expressions import (
     Operation,
     Or,
     UnboundPredicate,
+    bound_predicates,
+    flatten,
     is_bound,
     rewrite_not,
 )
@@ -64,20 +66,6 @@ def _false(_: Any) -> bool:
     return False
 
 
-def _flatten(expr: BooleanExpression, kind: type) -> list[BooleanExpression]:
-    """The operands of a chain of ``kind`` (And or Or) nodes, in order, without recursion."""
-    out: list[BooleanExpression] = []
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, kind):
-            stack.append(node.right)  # type: ignore[attr-defined]
-            stack.append(node.left)  # type: ignore[attr-defined]
-        else:
-            out.append(node)
-    return out
-
-
 def _compile(expr: BooleanExpression, leaf: Callable[[BoundPredicate], Test[X]]) -> Test[X]:
     """Compile a bound expression into one closure; ``leaf`` compiles each predicate."""
     if isinstance(expr, AlwaysTrue):
@@ -90,7 +78,7 @@ def _compile(expr: BooleanExpression, leaf: Callable[[BoundPredicate], Test[X]])
         inner = _compile(expr.child, leaf)
         return lambda x: not inner(x)
     if isinstance(expr, And | Or):
-        parts = [_compile(e, leaf) for e in _flatten(expr, type(expr))]
+        parts = [_compile(e, leaf) for e in flatten(expr, type(expr))]
         if isinstance(expr, And):
             if len(parts) == 2:
                 a, b = parts
@@ -398,7 +386,7 @@ class ManifestEvaluator:
         self.partition_filter = rewrite_not(partition_filter)
         self._fields = partition_type.fields
         positions: dict[int, PrimitiveType] = {}
-        for pred in _bound_predicates(self.partition_filter):
+        for pred in bound_predicates(self.partition_filter):
             ref = pred.ref
             if ref.accessor is not None and isinstance(ref.field_type, PrimitiveType):
                 positions[ref.accessor.positions[0]] = ref.field_type
@@ -449,20 +437,6 @@ class ManifestEvaluator:
                 manifest.manifest_path,
                 f"the {which} bound of partition field {name!r} is not a {t} value: {e}",
             ) from None
-
-
-def _bound_predicates(expr: BooleanExpression) -> list[BoundPredicate]:
-    found: list[BoundPredicate] = []
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, And | Or):
-            stack.extend((node.left, node.right))
-        elif isinstance(node, Not):
-            stack.append(node.child)
-        elif isinstance(node, BoundPredicate):
-            found.append(node)
-    return found
 
 
 # ---------------------------------------------------------------------------------------------

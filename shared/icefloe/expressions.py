@@ -1271,7 +1271,10 @@ def visit(expr: BooleanExpression, visitor: BooleanExpressionVisitor[T]) -> T:
     return results.pop()
 
 
-class _RewriteNot(BooleanExpressionVisitor[BooleanExpression]):
+class RebuildingVisitor(BooleanExpressionVisitor[BooleanExpression]):
+    """Rebuilds constants and connectives as they were; subclasses say what becomes of each
+    predicate (and of NOT, where it needs more than wrapping its rebuilt child)."""
+
     def visit_true(self) -> BooleanExpression:
         return AlwaysTrue()
 
@@ -1279,13 +1282,18 @@ class _RewriteNot(BooleanExpressionVisitor[BooleanExpression]):
         return AlwaysFalse()
 
     def visit_not(self, child_result: BooleanExpression) -> BooleanExpression:
-        return child_result.negate()
+        return Not(child_result)
 
     def visit_and(self, left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
         return And(left, right)
 
     def visit_or(self, left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
         return Or(left, right)
+
+
+class _RewriteNot(RebuildingVisitor):
+    def visit_not(self, child_result: BooleanExpression) -> BooleanExpression:
+        return child_result.negate()
 
     def visit_unbound_predicate(self, predicate: UnboundPredicate) -> BooleanExpression:
         return predicate
@@ -1307,6 +1315,39 @@ def rewrite_not(expr: BooleanExpression) -> BooleanExpression:
 def is_bound(expr: BooleanExpression) -> bool:
     """Whether every predicate in ``expr`` is bound (constants count as bound)."""
     return visit(expr, _IsBound())
+
+
+def flatten(expr: BooleanExpression, kind: type[And] | type[Or]) -> list[BooleanExpression]:
+    """The operands of a chain of ``kind`` nodes, left to right, without recursion.
+
+    Evaluators treat such a chain as one n-ary node, so the thousands of ORs an engine sends
+    for a large IN list cost neither recursion depth nor a call per level.
+    """
+    out: list[BooleanExpression] = []
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, kind):
+            stack.append(node.right)
+            stack.append(node.left)
+        else:
+            out.append(node)
+    return out
+
+
+def bound_predicates(expr: BooleanExpression) -> list[BoundPredicate]:
+    """Every bound predicate in ``expr`` (repeats included), found without recursion."""
+    found: list[BoundPredicate] = []
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, And | Or):
+            stack.extend((node.left, node.right))
+        elif isinstance(node, Not):
+            stack.append(node.child)
+        elif isinstance(node, BoundPredicate):
+            found.append(node)
+    return found
 
 
 class _IsBound(BooleanExpressionVisitor[bool]):
@@ -1365,6 +1406,7 @@ __all__ = [
     "NotStartsWith",
     "Operation",
     "Or",
+    "RebuildingVisitor",
     "Reference",
     "SetPredicate",
     "StartsWith",
@@ -1373,6 +1415,8 @@ __all__ = [
     "UnaryPredicate",
     "UnboundPredicate",
     "UnboundTerm",
+    "bound_predicates",
+    "flatten",
     "is_bound",
     "predicate",
     "rewrite_not",

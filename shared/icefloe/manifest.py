@@ -23,13 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache, partial
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from icefloe.avro import (
     DEFAULT_CODEC,
     AvroContainer,
-    AvroWriter,
+    AvroFileWriter,
     avro_decoder,
     avro_encoder,
     avro_to_iceberg,
@@ -199,58 +198,15 @@ def _partition_encoder(partition_type: StructType) -> Callable[[tuple[Any, ...]]
 
 
 def _data_file_encoder(partition_type: StructType, version: int) -> Callable[[DataFile], Record]:
-    """DataFile → the ``data_file`` record of one format version, with no per-field dispatch."""
+    """DataFile → the ``data_file`` record of one format version, with no per-field dispatch.
+
+    Each version's record is the fields every version has plus that version's own; the
+    later versions only add fields, so v3 extends the v2 record.
+    """
     partition = _partition_encoder(partition_type)
-    if version == 1:
 
-        def encode_v1(f: DataFile) -> Record:
-            return {
-                "file_path": f.file_path,
-                "file_format": f.file_format,
-                "partition": partition(f.partition),
-                "record_count": f.record_count,
-                "file_size_in_bytes": f.file_size_in_bytes,
-                "block_size_in_bytes": DEFAULT_BLOCK_SIZE,
-                "column_sizes": _kv(f.column_sizes),
-                "value_counts": _kv(f.value_counts),
-                "null_value_counts": _kv(f.null_value_counts),
-                "nan_value_counts": _kv(f.nan_value_counts),
-                "lower_bounds": _kv(f.lower_bounds),
-                "upper_bounds": _kv(f.upper_bounds),
-                "key_metadata": f.key_metadata,
-                "split_offsets": _array(f.split_offsets),
-                "sort_order_id": f.sort_order_id,
-            }
-
-        return encode_v1
-    if version == 2:
-
-        def encode_v2(f: DataFile) -> Record:
-            return {
-                "content": f.content,
-                "file_path": f.file_path,
-                "file_format": f.file_format,
-                "partition": partition(f.partition),
-                "record_count": f.record_count,
-                "file_size_in_bytes": f.file_size_in_bytes,
-                "column_sizes": _kv(f.column_sizes),
-                "value_counts": _kv(f.value_counts),
-                "null_value_counts": _kv(f.null_value_counts),
-                "nan_value_counts": _kv(f.nan_value_counts),
-                "lower_bounds": _kv(f.lower_bounds),
-                "upper_bounds": _kv(f.upper_bounds),
-                "key_metadata": f.key_metadata,
-                "split_offsets": _array(f.split_offsets),
-                "equality_ids": _array(f.equality_ids),
-                "sort_order_id": f.sort_order_id,
-                "referenced_data_file": f.referenced_data_file,
-            }
-
-        return encode_v2
-
-    def encode_v3(f: DataFile) -> Record:
+    def common(f: DataFile) -> Record:
         return {
-            "content": f.content,
             "file_path": f.file_path,
             "file_format": f.file_format,
             "partition": partition(f.partition),
@@ -264,13 +220,34 @@ def _data_file_encoder(partition_type: StructType, version: int) -> Callable[[Da
             "upper_bounds": _kv(f.upper_bounds),
             "key_metadata": f.key_metadata,
             "split_offsets": _array(f.split_offsets),
-            "equality_ids": _array(f.equality_ids),
             "sort_order_id": f.sort_order_id,
-            "first_row_id": f.first_row_id,
-            "referenced_data_file": f.referenced_data_file,
-            "content_offset": f.content_offset,
-            "content_size_in_bytes": f.content_size_in_bytes,
         }
+
+    if version == 1:
+
+        def encode_v1(f: DataFile) -> Record:
+            record = common(f)
+            record["block_size_in_bytes"] = DEFAULT_BLOCK_SIZE
+            return record
+
+        return encode_v1
+
+    def encode_v2(f: DataFile) -> Record:
+        record = common(f)
+        record["content"] = f.content
+        record["equality_ids"] = _array(f.equality_ids)
+        record["referenced_data_file"] = f.referenced_data_file
+        return record
+
+    if version == 2:
+        return encode_v2
+
+    def encode_v3(f: DataFile) -> Record:
+        record = encode_v2(f)
+        record["first_row_id"] = f.first_row_id
+        record["content_offset"] = f.content_offset
+        record["content_size_in_bytes"] = f.content_size_in_bytes
+        return record
 
     return encode_v3
 
@@ -315,7 +292,7 @@ class _FieldSummary:
         )
 
 
-class ManifestWriter:
+class ManifestWriter(AvroFileWriter):
     """Writes one manifest for one partition spec; entries are streamed to ``output``.
 
     ``output`` is any binary stream (a file, ``io.BytesIO``, an upload buffer); the caller owns
@@ -367,7 +344,6 @@ class ManifestWriter:
         self._counts = [0, 0, 0]  # files by status: existing, added, deleted
         self._rows = [0, 0, 0]
         self._min_seq: int | None = None
-        self._closed = False
 
         entry_struct = manifest_entry_struct(self.partition_type, format_version)
         parsed = parsed_avro_schema(entry_struct, "manifest_entry")
@@ -380,7 +356,7 @@ class ManifestWriter:
         }
         if self._v2:
             meta["content"] = "data" if content == ManifestContent.DATA else "deletes"
-        self._writer = AvroWriter(output, parsed, meta, codec)
+        super().__init__(output, parsed, meta, codec)
 
     # -- adding entries ----------------------------------------------------------------------
 
@@ -476,26 +452,6 @@ class ManifestWriter:
             self._last_partition = partition
 
     # -- finishing ---------------------------------------------------------------------------
-
-    def close(self) -> None:
-        """Flush the last block; the caller owns (and closes) the output stream."""
-        if not self._closed:
-            self._closed = True
-            self._writer.flush()
-
-    def __enter__(self) -> ManifestWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self._closed = True  # the output is incomplete; never flush half a manifest
 
     @property
     def entry_count(self) -> int:

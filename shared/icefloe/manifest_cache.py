@@ -55,6 +55,7 @@ from icefloe.expressions import (
     Not,
     Operation,
     Or,
+    flatten,
 )
 from icefloe.fileio import FileIO
 from icefloe.manifest import (
@@ -663,19 +664,6 @@ class _Unvectorizable(Exception):
     """This predicate must be decided per file."""
 
 
-def _flatten(expr: BooleanExpression, kind: type) -> list[BooleanExpression]:
-    out: list[BooleanExpression] = []
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, kind):
-            stack.append(node.right)  # type: ignore[attr-defined]
-            stack.append(node.left)  # type: ignore[attr-defined]
-        else:
-            out.append(node)
-    return out
-
-
 def _evaluate(
     expr: BooleanExpression,
     candidates: Any,
@@ -692,13 +680,13 @@ def _evaluate(
         return _false(len(candidates))
     if isinstance(expr, And):
         mask = candidates
-        for part in _flatten(expr, And):
+        for part in flatten(expr, And):
             mask = _evaluate(part, mask, leaf)
         return mask
     if isinstance(expr, Or):
         taken = _false(len(candidates))
         remaining = candidates
-        for part in _flatten(expr, Or):
+        for part in flatten(expr, Or):
             hit = _evaluate(part, remaining, leaf)
             taken = pc.or_(taken, hit)
             remaining = pc.and_(remaining, pc.invert(hit))

@@ -17,13 +17,12 @@ import dataclasses
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from types import TracebackType
 from typing import Any, BinaryIO
 
 from icefloe.avro import (
     DEFAULT_CODEC,
     AvroContainer,
-    AvroWriter,
+    AvroFileWriter,
     avro_to_iceberg,
     parsed_avro_schema,
     read_container,
@@ -183,7 +182,7 @@ def _summary_record(s: PartitionFieldSummary) -> dict[str, Any]:
     }
 
 
-class ManifestListWriter:
+class ManifestListWriter(AvroFileWriter):
     """Writes one snapshot's manifest list, assigning what new manifests leave open.
 
     ``first_row_id`` is the snapshot's ``first-row-id`` (v3, required there); after the
@@ -217,7 +216,6 @@ class ManifestListWriter:
         self.sequence_number = sequence_number if format_version >= 2 else None
         self.first_row_id = first_row_id if format_version >= 3 else None
         self._next_row_id = self.first_row_id
-        self._closed = False
         meta = {
             "snapshot-id": str(snapshot_id),
             "parent-snapshot-id": "null" if parent_snapshot_id is None else str(parent_snapshot_id),
@@ -228,7 +226,7 @@ class ManifestListWriter:
         if self.first_row_id is not None:
             meta["first-row-id"] = str(self.first_row_id)
         parsed = parsed_avro_schema(MANIFEST_FILE_STRUCTS[format_version], "manifest_file")
-        self._writer = AvroWriter(output, parsed, meta, codec)
+        super().__init__(output, parsed, meta, codec)
 
     @property
     def next_row_id(self) -> int | None:
@@ -333,26 +331,6 @@ class ManifestListWriter:
         if self.format_version >= 3:
             record["first_row_id"] = m.first_row_id
         return record
-
-    def close(self) -> None:
-        """Flush buffered records; the caller owns (and closes) the output stream."""
-        if not self._closed:
-            self._closed = True
-            self._writer.flush()
-
-    def __enter__(self) -> ManifestListWriter:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self._closed = True
 
 
 def write_manifest_list(

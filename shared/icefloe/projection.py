@@ -36,16 +36,16 @@ from icefloe.expressions import (
     AlwaysTrue,
     And,
     BooleanExpression,
-    BooleanExpressionVisitor,
     BoundLiteralPredicate,
     BoundPredicate,
     BoundReference,
     BoundSetPredicate,
     BoundTransform,
     BoundUnaryPredicate,
-    Not,
     Operation,
     Or,
+    RebuildingVisitor,
+    bound_predicates,
     is_bound,
     rewrite_not,
     visit,
@@ -102,7 +102,7 @@ def strict_projection(
     return _Projector(schema, spec, case_sensitive, strict=True)
 
 
-class _Projector(BooleanExpressionVisitor[BooleanExpression]):
+class _Projector(RebuildingVisitor):
     def __init__(
         self, schema: Schema, spec: PartitionSpec, case_sensitive: bool, strict: bool
     ) -> None:
@@ -118,20 +118,8 @@ class _Projector(BooleanExpressionVisitor[BooleanExpression]):
     def __call__(self, expr: BooleanExpression) -> BooleanExpression:
         return visit(prepare_filter(self.schema, expr, self.case_sensitive), self)
 
-    def visit_true(self) -> BooleanExpression:
-        return AlwaysTrue()
-
-    def visit_false(self) -> BooleanExpression:
-        return AlwaysFalse()
-
     def visit_not(self, child_result: BooleanExpression) -> BooleanExpression:
         raise ValidationError("projection needs NOT rewritten away; call rewrite_not first")
-
-    def visit_and(self, left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
-        return And(left, right)
-
-    def visit_or(self, left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
-        return Or(left, right)
 
     def visit_bound_predicate(self, predicate: BoundPredicate) -> BooleanExpression:
         fields = self.by_source.get(predicate.ref.field_id, ())
@@ -469,7 +457,7 @@ class ResidualEvaluator:
             BoundPredicate,
             tuple[Callable[[Sequence[Any]], bool], Callable[[Sequence[Any]], bool]],
         ] = {}
-        for pred in _predicates(self.expr):
+        for pred in bound_predicates(self.expr):
             if pred not in self._tests:
                 self._tests[pred] = (
                     compile_row_filter(visit(pred, strict)),
@@ -499,21 +487,7 @@ def residual_evaluator(
     return ResidualEvaluator(spec, expr, schema, case_sensitive)
 
 
-def _predicates(expr: BooleanExpression) -> list[BoundPredicate]:
-    found: list[BoundPredicate] = []
-    stack = [expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, And | Or):
-            stack.extend((node.left, node.right))
-        elif isinstance(node, Not):
-            stack.append(node.child)
-        elif isinstance(node, BoundPredicate):
-            found.append(node)
-    return found
-
-
-class _Residual(BooleanExpressionVisitor[BooleanExpression]):
+class _Residual(RebuildingVisitor):
     def __init__(
         self,
         tests: dict[
@@ -524,21 +498,6 @@ class _Residual(BooleanExpressionVisitor[BooleanExpression]):
     ) -> None:
         self.tests = tests
         self.partition = partition
-
-    def visit_true(self) -> BooleanExpression:
-        return AlwaysTrue()
-
-    def visit_false(self) -> BooleanExpression:
-        return AlwaysFalse()
-
-    def visit_not(self, child_result: BooleanExpression) -> BooleanExpression:
-        return Not(child_result)
-
-    def visit_and(self, left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
-        return And(left, right)
-
-    def visit_or(self, left: BooleanExpression, right: BooleanExpression) -> BooleanExpression:
-        return Or(left, right)
 
     def visit_bound_predicate(self, predicate: BoundPredicate) -> BooleanExpression:
         strict, inclusive = self.tests[predicate]

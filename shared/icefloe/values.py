@@ -363,22 +363,28 @@ def _unpacker(packer: struct.Struct) -> Decoder:
     return decode
 
 
-def _long_from_bytes(t: Any, data: bytes) -> int:
-    n = len(data)
-    if n == 8:
-        return _I64.unpack(data)[0]
-    if n == 4:  # written while the column was still an int
-        return _I32.unpack(data)[0]
-    raise _bad_length(t, data, "8 (or 4 for a bound written as int)")
+def _promoted_unpacker(wide: struct.Struct, narrow: struct.Struct, narrow_name: str) -> Decoder:
+    """A decoder for a type promoted from ``narrow_name`` (int → long, float → double).
+
+    Bounds written while the column was still the narrow type keep their 4 bytes.
+    """
+    wide_unpack = wide.unpack
+    narrow_unpack = narrow.unpack
+    expected = f"8 (or 4 for a bound written as {narrow_name})"
+
+    def decode(t: Any, data: bytes) -> Any:
+        n = len(data)
+        if n == 8:
+            return wide_unpack(data)[0]
+        if n == 4:
+            return narrow_unpack(data)[0]
+        raise _bad_length(t, data, expected)
+
+    return decode
 
 
-def _double_from_bytes(t: Any, data: bytes) -> float:
-    n = len(data)
-    if n == 8:
-        return _F64.unpack(data)[0]
-    if n == 4:  # written while the column was still a float
-        return _F32.unpack(data)[0]
-    raise _bad_length(t, data, "8 (or 4 for a bound written as float)")
+_long_from_bytes = _promoted_unpacker(_I64, _I32, "int")
+_double_from_bytes = _promoted_unpacker(_F64, _F32, "float")
 
 
 def _time_from_bytes(t: Any, data: bytes) -> int:
