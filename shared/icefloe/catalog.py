@@ -26,6 +26,7 @@ from icefloe.errors import (
 )
 from icefloe.fileio import FileIO
 from icefloe.metadata import TableMetadata, parse_table_metadata
+from icefloe.snapshot import Snapshot
 
 Namespace = tuple[str, ...]
 
@@ -216,6 +217,24 @@ class Catalog(ABC):
     @abstractmethod
     async def commit(self, table: Table, new_metadata: TableMetadata) -> Table:
         """Swap ``table``'s pointer from ``table.metadata_location`` to new metadata."""
+
+    async def load_table_at(
+        self,
+        identifier: str | TableIdentifier,
+        *,
+        snapshot_id: int | None = None,
+        ref: str | None = None,
+        as_of_ms: int | None = None,
+    ) -> tuple[Table, Snapshot | None]:
+        """The table and the snapshot it had at an id, a branch or tag, or a time.
+
+        NotFoundError names what is missing; None is a table with no snapshots yet.
+        """
+        table = await self.load_table(identifier)
+        snapshot = table.metadata.resolve_snapshot(
+            snapshot_id=snapshot_id, ref=ref, as_of_ms=as_of_ms
+        )
+        return table, snapshot
 
     async def table_exists(self, identifier: str | TableIdentifier) -> bool:
         try:

@@ -561,6 +561,42 @@ class TableMetadata(IcebergModel):
             )
         return snapshot
 
+    def resolve_snapshot(
+        self,
+        *,
+        snapshot_id: int | None = None,
+        ref: str | None = None,
+        as_of_ms: int | None = None,
+    ) -> Snapshot | None:
+        """The snapshot a point-in-time read sees: by id, by branch or tag, by time, or the
+        current one (None for a table without snapshots). At most one may be given."""
+        given = [
+            name
+            for name, v in (
+                ("snapshot-id", snapshot_id),
+                ("ref", ref),
+                ("as-of-timestamp-ms", as_of_ms),
+            )
+            if v is not None
+        ]
+        if len(given) > 1:
+            raise ValidationError(f"a read takes at most one of {given}, got {len(given)}")
+        if snapshot_id is not None:
+            snapshot = self.snapshot_by_id(snapshot_id)
+            if snapshot is None:
+                raise NotFoundError(f"table {self.location} has no snapshot {snapshot_id}")
+            return snapshot
+        if ref is not None:
+            if ref not in self.refs:
+                raise NotFoundError(
+                    f"table {self.location} has no branch or tag {ref!r} "
+                    f"(refs: {sorted(self.refs)})"
+                )
+            return self.snapshot_by_ref(ref)
+        if as_of_ms is not None:
+            return self.snapshot_as_of(as_of_ms)
+        return self.current_snapshot()
+
     def next_sequence_number(self) -> int:
         """The sequence number the next snapshot gets (always 0 in v1)."""
         return (

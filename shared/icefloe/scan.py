@@ -184,34 +184,8 @@ def resolve_snapshot(
     ref: str | None = None,
     as_of_ms: int | None = None,
 ) -> Snapshot | None:
-    """The snapshot a point-in-time scan reads: by id, by branch or tag, by time, or the
-    current one (None for a table without snapshots)."""
-    given = [
-        name
-        for name, v in (
-            ("snapshot-id", snapshot_id),
-            ("ref", ref),
-            ("as-of-timestamp-ms", as_of_ms),
-        )
-        if v is not None
-    ]
-    if len(given) > 1:
-        raise ValidationError(f"a scan takes at most one of {given}, got {len(given)}")
-    if snapshot_id is not None:
-        snapshot = metadata.snapshot_by_id(snapshot_id)
-        if snapshot is None:
-            raise NotFoundError(f"table {metadata.location} has no snapshot {snapshot_id}")
-        return snapshot
-    if ref is not None:
-        if ref not in metadata.refs:
-            raise NotFoundError(
-                f"table {metadata.location} has no branch or tag {ref!r} "
-                f"(refs: {sorted(metadata.refs)})"
-            )
-        return metadata.snapshot_by_ref(ref)
-    if as_of_ms is not None:
-        return metadata.snapshot_as_of(as_of_ms)
-    return metadata.current_snapshot()
+    """The snapshot a point-in-time scan reads (see :meth:`TableMetadata.resolve_snapshot`)."""
+    return metadata.resolve_snapshot(snapshot_id=snapshot_id, ref=ref, as_of_ms=as_of_ms)
 
 
 def append_snapshots(

@@ -58,7 +58,7 @@ from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
 from icefloe.partition import PartitionField, PartitionSpec
 from icefloe.schema import Schema
-from icefloe.snapshot import Summary
+from icefloe.snapshot import SnapshotRef, Summary
 from icefloe.snapshot_producer import fast_append
 from icefloe.sort_order import SortOrder
 from icefloe.transforms import BucketTransform, DayTransform, IdentityTransform
@@ -1128,3 +1128,43 @@ async def test_reloads_share_one_parse_but_never_a_stale_one(case: CatalogCase) 
     loaded = await catalog.load_table("ns.events")
     assert loaded.metadata.table_uuid == again.metadata.table_uuid
     assert loaded.metadata.table_uuid != first.metadata.table_uuid
+
+
+async def test_load_table_at_a_snapshot_a_ref_or_a_time(tmp_path: Path) -> None:
+    catalog = load_catalog(f"file://{tmp_path}/wh")
+    await catalog.create_namespace("db")
+    table = await catalog.create_table("db.t", Schema(NestedField(1, "id", LongType(), True)))
+    _, none_yet = await catalog.load_table_at("db.t")
+    assert none_yet is None
+    first = await fast_append(
+        table, [DataFile(f"{table.location}/data/a.parquet", "parquet", (), 1, 10)]
+    ).commit()
+    first_snapshot = first.metadata.current_snapshot()
+    assert first_snapshot is not None
+    builder = MetadataBuilder(first.metadata).set_ref(
+        "v1", SnapshotRef.tag(first_snapshot.snapshot_id)
+    )
+    tagged = await catalog.commit(first, builder.build(first.metadata_location))
+    second = await fast_append(
+        tagged, [DataFile(f"{table.location}/data/b.parquet", "parquet", (), 1, 10)]
+    ).commit()
+    head = second.metadata.current_snapshot()
+    assert head is not None and head.snapshot_id != first_snapshot.snapshot_id
+
+    _, by_id = await catalog.load_table_at("db.t", snapshot_id=first_snapshot.snapshot_id)
+    _, by_tag = await catalog.load_table_at("db.t", ref="v1")
+    _, by_time = await catalog.load_table_at("db.t", as_of_ms=first_snapshot.timestamp_ms)
+    _, current = await catalog.load_table_at("db.t")
+    assert by_id == by_tag == first_snapshot
+    assert by_time is not None and by_time.snapshot_id in (
+        first_snapshot.snapshot_id,
+        head.snapshot_id,
+    )
+    assert current == head
+    with pytest.raises(NotFoundError, match="no branch or tag 'nope'"):
+        await catalog.load_table_at("db.t", ref="nope")
+    with pytest.raises(NotFoundError, match="no snapshot 7"):
+        await catalog.load_table_at("db.t", snapshot_id=7)
+    with pytest.raises(ValidationError, match="at most one"):
+        await catalog.load_table_at("db.t", snapshot_id=7, ref="v1")
+    await catalog.close()

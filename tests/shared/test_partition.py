@@ -45,7 +45,8 @@ from icefloe.types import (
     UnknownType,
 )
 
-CONFORMANCE = Path("/work/shared/conformance/table-metadata")
+# the reference material sits beside the checkout (../shared)
+CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "table-metadata"
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

@@ -37,7 +37,8 @@ from icefloe.types import (
     TimestampType,
 )
 
-CONFORMANCE = Path("/work/shared/conformance/table-metadata")
+# the reference material sits beside the checkout (../shared)
+CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "table-metadata"
 
 SCHEMA = Schema(
     NestedField(1, "x", LongType(), required=True),
