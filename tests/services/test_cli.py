@@ -13,8 +13,8 @@ from icefloe.cli import main
 from icefloe.datafile import DataFile
 from icefloe.snapshot_producer import fast_append
 
-# the reference material sits beside the checkout (../shared)
-CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "table-metadata"
+# Apache Iceberg's conformance files, copied into the repository (tests/fixtures)
+CONFORMANCE = Path(__file__).resolve().parents[1] / "fixtures" / "conformance" / "table-metadata"
 
 SCHEMA = json.dumps(
     {

@@ -24,8 +24,8 @@ from icefloe.metadata import TableMetadata, parse_table_metadata
 from icefloe.snapshot import Operation, SnapshotRefType
 from icefloe.types import LongType
 
-# the reference material sits beside the checkout (../shared)
-CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "table-metadata"
+# Apache Iceberg's conformance files, copied into the repository (tests/fixtures)
+CONFORMANCE = Path(__file__).resolve().parents[1] / "fixtures" / "conformance" / "table-metadata"
 VALID = ["V1Valid.json", "V2Valid.json", "V2ValidMinimal.json", "V3ValidMinimal.json"]
 
 

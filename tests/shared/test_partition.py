@@ -45,8 +45,8 @@ from icefloe.types import (
     UnknownType,
 )
 
-# the reference material sits beside the checkout (../shared)
-CONFORMANCE = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "table-metadata"
+# Apache Iceberg's conformance files, copied into the repository (tests/fixtures)
+CONFORMANCE = Path(__file__).resolve().parents[1] / "fixtures" / "conformance" / "table-metadata"
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),
