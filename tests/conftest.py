@@ -8,11 +8,29 @@ Each is a one-server :class:`~icefloe.local_stack.LocalStack`. Tests that use th
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from servers import LocalStack, MotoS3
+
+# Hypothesis profiles. "dev" (the default) explores freshly on every run, so developers keep
+# finding new cases; "ci" (chosen when CI=true, or with HYPOTHESIS_PROFILE=ci) derandomizes,
+# so CI is repeatable and a red run is reproduced by running it again. No deadlines in
+# either: the machines are shared and a slow example is not a failure.
+settings.register_profile("dev", deadline=None)
+settings.register_profile(
+    "ci",
+    deadline=None,
+    derandomize=True,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile(
+    os.environ.get("HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") == "true" else "dev")
+)
 
 
 @pytest.fixture(scope="session")

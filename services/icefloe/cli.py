@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="icefloe", description="Iceberg commit coordinator, scan planner and tools"
     )
+    from icefloe.version import __version__
+
+    parser.add_argument("--version", action="version", version=f"icefloe {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     metadata = sub.add_parser("metadata", help="table-metadata files")

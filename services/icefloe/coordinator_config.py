@@ -18,12 +18,10 @@ import ssl
 from collections.abc import Mapping
 from typing import Any, Literal
 
-import pydantic
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from icefloe import kafka_settings, settings_flags
-from icefloe.errors import ValidationError
 from icefloe.kafka_settings import SaslMechanism, SecurityProtocol
 
 ENV_PREFIX = "ICEFLOE_"
@@ -100,12 +98,7 @@ class CoordinatorConfig(BaseSettings):
 
         Raises a ValidationError naming each bad setting by its environment variable.
         """
-        given = {k: v for k, v in (overrides or {}).items() if v is not None}
-        try:
-            return cls(**given)
-        except pydantic.ValidationError as e:
-            problems = settings_flags.describe_problems(e, lambda loc: f"{ENV_PREFIX}{loc.upper()}")
-            raise ValidationError(f"invalid coordinator settings: {problems}") from None
+        return settings_flags.load_settings(cls, overrides, ENV_PREFIX, "coordinator")
 
     # -- derived ----------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ import argparse
 from collections.abc import Mapping
 from typing import Any
 
-import pydantic
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -85,12 +84,7 @@ class PlannerConfig(BaseSettings):
 
         Raises a ValidationError naming each bad setting by its environment variable.
         """
-        given = {k: v for k, v in (overrides or {}).items() if v is not None}
-        try:
-            return cls(**given)
-        except pydantic.ValidationError as e:
-            problems = settings_flags.describe_problems(e, lambda loc: f"{ENV_PREFIX}{loc.upper()}")
-            raise ValidationError(f"invalid planner settings: {problems}") from None
+        return settings_flags.load_settings(cls, overrides, ENV_PREFIX, "planner")
 
     # -- derived --------------------------------------------------------------------------
 

@@ -4,15 +4,35 @@ The coordinator and the planner read their settings from the environment and let
 override any of them with a flag of the same name. Deriving the flags from the settings
 class keeps the two in step: a new setting gets its flag, with its environment variable in
 the help text, without anyone remembering to add it.
+
+Secrets (fields typed :class:`pydantic.SecretStr`) get no flag: a command line is visible
+to every user of the machine in ``ps`` and in the process table of a container. They come
+from the environment or from files: with ``ICEFLOE_SECRETS_DIR`` set (say, a mounted
+Kubernetes secret volume), a file named like the environment variable (for instance
+``ICEFLOE_SASL_PASSWORD``) holds the value.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from typing import Any
+import os
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import pydantic
+from pydantic_settings import BaseSettings
+
+from icefloe.errors import ValidationError
+
+SECRETS_DIR_ENV = "ICEFLOE_SECRETS_DIR"
+
+S = TypeVar("S", bound=BaseSettings)
+
+
+def is_secret(info: Any) -> bool:
+    """Whether a settings field holds a secret (``SecretStr`` or ``SecretStr | None``)."""
+    annotation = info.annotation
+    return annotation is pydantic.SecretStr or annotation == (pydantic.SecretStr | None)
 
 
 def add_arguments(
@@ -21,8 +41,11 @@ def add_arguments(
     """One flag per setting (``--batch-max-files``, ``--check-files/--no-check-files``...).
 
     Every flag defaults to None, so only flags actually given override the environment.
+    Secrets get no flag (see the module docstring).
     """
     for name, info in settings.model_fields.items():
+        if is_secret(info):
+            continue
         flag = "--" + name.replace("_", "-")
         annotation = info.annotation
         text = info.description or ""
@@ -49,6 +72,25 @@ def overrides_from_args(
     }
 
 
+def load_settings(
+    settings: type[S], overrides: Mapping[str, Any] | None, env_prefix: str, what: str
+) -> S:
+    """Settings from the environment and the secrets directory, with ``overrides`` on top.
+
+    Only non-None overrides count. Raises a ValidationError naming each bad setting by its
+    environment variable, so the message says what the operator has to change.
+    """
+    given = {k: v for k, v in (overrides or {}).items() if v is not None}
+    secrets_dir = os.environ.get(SECRETS_DIR_ENV) or None
+    if secrets_dir is not None and not os.path.isdir(secrets_dir):
+        raise ValidationError(f"{SECRETS_DIR_ENV}={secrets_dir!r} is not a directory")
+    try:
+        return settings(_secrets_dir=secrets_dir, **given)
+    except pydantic.ValidationError as e:
+        problems = describe_problems(e, lambda loc: f"{env_prefix}{loc.upper()}")
+        raise ValidationError(f"invalid {what} settings: {problems}") from None
+
+
 def describe_problems(error: pydantic.ValidationError, name_of: Callable[[str], str]) -> str:
     """Each validation problem, led by the setting's name as the user writes it.
 
@@ -62,4 +104,11 @@ def describe_problems(error: pydantic.ValidationError, name_of: Callable[[str], 
     return "; ".join(problems)
 
 
-__all__ = ["add_arguments", "describe_problems", "overrides_from_args"]
+__all__ = [
+    "SECRETS_DIR_ENV",
+    "add_arguments",
+    "describe_problems",
+    "is_secret",
+    "load_settings",
+    "overrides_from_args",
+]

@@ -156,3 +156,12 @@ def test_commands_without_a_catalog_say_how_to_name_one(
     monkeypatch.delenv("ICEFLOE_CATALOG", raising=False)
     code, _, err = run(capsys, "namespace", "list")
     assert code == 1 and "ICEFLOE_CATALOG" in err
+
+
+def test_version_flag_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"icefloe {version('icefloe')}"

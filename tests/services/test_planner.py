@@ -742,9 +742,10 @@ def test_config_from_environment_and_flags(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setenv("ICEFLOE_PLANNER_CATALOG", "file:///tmp/wh")
     monkeypatch.setenv("ICEFLOE_PLANNER_TASKS_PER_PAGE", "50")
+    monkeypatch.setenv("ICEFLOE_PLANNER_TOKEN", "t")
     parser = argparse.ArgumentParser()
     add_arguments(parser)
-    args = parser.parse_args(["--tasks-per-page", "7", "--no-trust-events", "--token", "t"])
+    args = parser.parse_args(["--tasks-per-page", "7", "--no-trust-events"])
     loaded = PlannerConfig.load(overrides_from_args(args))
     assert loaded.catalog == "file:///tmp/wh"
     assert loaded.tasks_per_page == 7 and loaded.trust_events is False
