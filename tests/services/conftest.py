@@ -39,7 +39,7 @@ from icefloe.planner import PlannerService
 from icefloe.planner_config import PlannerConfig
 from icefloe.schema import Schema
 from icefloe.spark_config import SparkConfig
-from servers import MotoS3
+from servers import S3Endpoint
 
 T = TypeVar("T")
 START_TIMEOUT_S = 120.0
@@ -306,14 +306,16 @@ def spark_stack(
 
 
 @pytest.fixture(scope="module")
-def s3_spark_stack(kafka_broker: str, redis_server: str, moto_s3: MotoS3) -> Iterator[SparkStack]:
-    """Tables in (moto's) S3, so tasks upload and read through the S3 FileIO."""
-    bucket = moto_s3.create_bucket()
+def s3_spark_stack(
+    kafka_broker: str, redis_server: str, s3_server: S3Endpoint
+) -> Iterator[SparkStack]:
+    """Tables in S3 (SeaweedFS), so tasks upload and read through the S3 FileIO."""
+    bucket = s3_server.create_bucket()
     query = urlencode(
         {
             "warehouse": f"s3://{bucket}/wh",
             "prefix": f"p{uuid.uuid4().hex[:8]}",
-            **moto_s3.file_io_properties(),
+            **s3_server.file_io_properties(),
         }
     )
     with running_stack(kafka_broker, f"{redis_server}?{query}", Path("/nonexistent")) as stack:

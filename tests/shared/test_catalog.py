@@ -1,6 +1,6 @@
 """Catalogs: one contract, checked against every pointer store icefloe ships.
 
-The same suite runs on file-system tables on a local disk and on S3 (moto), on Redis and on
+The same suite runs on file-system tables on a local disk and on S3 (SeaweedFS), on Redis and on
 DynamoDB (dynalite); the server-backed legs are integration tests. Each test gets a fresh
 warehouse, key prefix or DynamoDB table, so tests never see each other's namespaces.
 
@@ -63,7 +63,7 @@ from icefloe.snapshot_producer import fast_append
 from icefloe.sort_order import SortOrder
 from icefloe.transforms import BucketTransform, DayTransform, IdentityTransform
 from icefloe.types import LongType, NestedField, StringType, TimestampType
-from servers import MotoS3
+from servers import S3Endpoint
 
 COMMITTERS = 16
 APPENDS_PER_COMMITTER = 25
@@ -127,9 +127,9 @@ def open_case(
         catalog = cls("local", local_wh, LocalFileIO())
         return CatalogCase(kind, catalog, local_wh, local_wh)
     if kind == "fs-s3":
-        moto: MotoS3 = request.getfixturevalue("moto_s3")
-        props = moto.file_io_properties()
-        warehouse = f"s3://{moto.create_bucket()}/warehouse"
+        s3: S3Endpoint = request.getfixturevalue("s3_server")
+        props = s3.file_io_properties()
+        warehouse = f"s3://{s3.create_bucket()}/warehouse"
         cls = catalog_class or FileSystemCatalog
         catalog = cls("s3", warehouse, S3FileIO.from_properties(props), props)
         uri = f"{warehouse}?{urlencode(props)}"
@@ -583,8 +583,8 @@ async def race_appends(case: CatalogCase, table_name: str = "ns.events") -> Race
     second = case.open_second()
     start = asyncio.Barrier(COMMITTERS)
     # Backoff long enough that most committers sleep while a few race: shorter waits end
-    # in conflict storms that take longer overall. On moto every request costs ~10 ms and
-    # one server handles them all, so an attempt there lasts far longer.
+    # in conflict storms that take longer overall. An S3 attempt takes several requests
+    # (manifest list, metadata file, conditional put), so it lasts far longer.
     if case.kind == "fs-s3":
         policy = RetryPolicy(num_retries=10_000, min_wait_ms=400, max_wait_ms=6000)
     else:
