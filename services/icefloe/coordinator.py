@@ -28,20 +28,25 @@ table itself:
    ``icefloe.offsets`` (the table's safe resume point per source partition: every one of its
    events below it is done) and ``icefloe.positions`` (how far the committer had read, as a
    running maximum). See :mod:`icefloe.table_committer`.
-3. *Check on every base.* Before each attempt, and on the reloaded table after each
-   conflict, the committer walks the branch history back to the first snapshot whose
-   position is at or below the batch's smallest offset, drops units whose commit ids it
-   finds, and refuses files already live. The catalog's conditional swap serializes
-   committers, so a restarted process, a new owner after a rebalance, or a zombie replica
-   still consuming the same partition can never add a file twice. An unknown swap outcome
-   is resolved by reloading and checking, never by a blind retry.
-4. *Skip what is done.* When a worker loads its table it reads the highest resume point
-   recorded for its partition and skips the table's events below it.
-5. *Kafka offsets last.* Offsets are committed (manually) only after the table commit, as
-   each partition's low watermark: the smallest offset any of its tables still tracks
-   (received, pending, ready or being committed; a dead-lettered event counts as done once
-   the dead-letter topic acknowledged it), else the position. A crash anywhere therefore
-   only re-reads events, and step 3 makes re-reading harmless.
+3. *Check on every base, by commit id.* Before each attempt, and on the reloaded table
+   after each conflict, the committer drops units whose commit ids the table already holds
+   (the dedup index over every snapshot it lists, :mod:`icefloe.commit_index`, kept
+   incrementally) and refuses files already live. The catalog's conditional swap
+   serializes committers, so a restarted process, a new owner after a rebalance, or a
+   zombie replica still consuming the same partition can never apply a commit id twice or
+   add a file twice. An unknown swap outcome is resolved by reloading and checking, never
+   by a blind retry. Events whose commit id the table holds are acknowledged again (a new
+   ``table-committed`` naming the snapshot that holds it), not dead-lettered.
+4. *Skip what is done, announce it again.* When a worker loads its table it reads the
+   highest resume point recorded for its partition (unless the partition ends below the
+   recorded position: a re-created topic, where nothing is skipped) and skips the table's
+   events below it, announcing again each commit among them the table holds: a crash
+   between the catalog swap and the announcement leaves exactly those events to re-read.
+5. *Kafka offsets last.* Offsets are committed (manually) only after the table commit and
+   its announcement, as each partition's low watermark: the smallest offset any of its
+   tables still tracks (received, pending, ready or being committed; a dead-lettered event
+   counts as done once the dead-letter topic acknowledged it), else the position. A crash
+   anywhere therefore only re-reads events, and steps 3 and 4 make re-reading harmless.
 
 Validation never blocks a partition: an invalid event (malformed, unknown table, schema or
 spec, partition values of the wrong type, inconsistent counts, a path outside the table or
