@@ -119,18 +119,19 @@ class Outputs:
 class CoordinatorProcess:
     """``python -m icefloe.coordinator`` as a child process, started and stopped at will."""
 
-    def __init__(self, stack: Stack, logs: Path, **changes: Any) -> None:
+    def __init__(self, stack: Stack, logs: Path, name: str = "coordinator", **changes: Any):
         self.stack = stack
         self.logs = logs
+        self.name = name
         self.changes = changes
         self.process: subprocess.Popen[bytes] | None = None
         self.runs = 0
-        self.log_path = logs / "coordinator-0.log"
+        self.log_path = logs / f"{name}-0.log"
         self.port = 0
 
     def start(self, env: dict[str, str] | None = None) -> None:
         self.runs += 1
-        self.log_path = self.logs / f"coordinator-{self.runs}.log"
+        self.log_path = self.logs / f"{self.name}-{self.runs}.log"
         self.port = free_port()
         flags = self.stack.flags(http_port=self.port, **self.changes)
         with self.log_path.open("wb") as log_file:
@@ -174,10 +175,22 @@ class CoordinatorProcess:
         except aiohttp.ClientError:
             return None
 
+    async def wait_ready(self) -> None:
+        """Until the process serves /readyz 200 (it has joined its group and handles
+        SIGTERM): a stop before that would be an interpreter's default death."""
+
+        async def ready() -> bool:
+            return (await self.get("/readyz") or "").startswith("ready")
+
+        await wait_until(ready, f"{self.name} to be ready", alive=self.alive)
+
     def kill_quietly(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.kill()
             self.process.wait()
+
+
+EXTRA_PROCESSES: list[CoordinatorProcess] = []  # more replicas a test started; killed at the end
 
 
 @contextlib.asynccontextmanager
@@ -195,6 +208,9 @@ async def harness(
         yield coordinator, outputs, Writers(producer, stack.events, created), catalog
     finally:
         coordinator.kill_quietly()
+        for extra in EXTRA_PROCESSES:
+            extra.kill_quietly()
+        EXTRA_PROCESSES.clear()
         await outputs.stop()
         await producer.stop()
         await catalog.close()

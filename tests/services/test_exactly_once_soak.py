@@ -5,7 +5,9 @@ one or more tasks (some with a failed first attempt the commit leaves out), stre
 micro-batches, exact replays of whole jobs, and retries of finished jobs with a new attempt
 id and new files. Meanwhile the coordinator process is killed with SIGKILL at random
 moments and at the injected crash points (after the manifests, after the metadata file,
-after the catalog swap), a bounded number of times, then left to finish.
+after the catalog swap), a bounded number of times, then left to finish; a second replica
+in the same consumer group is frozen (SIGSTOP) beyond the session timeout and woken up
+(SIGCONT) as a zombie.
 
 The accounting at the end is exact: every requested file is live exactly once and no other
 file is; every commit id is in exactly one snapshot; every commit is announced by a
@@ -17,7 +19,9 @@ the end of every partition.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import signal
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +29,8 @@ from pathlib import Path
 import pytest
 from test_coordinator import Stack, Writers, redis_uri, table_state, wait_until
 from test_exactly_once import (
+    EXTRA_PROCESSES,
+    CoordinatorProcess,
     end_offsets,
     group_offsets,
     harness,
@@ -111,7 +117,7 @@ async def writer_task(writers: Writers, ledger: Ledger, n: int, rng: random.Rand
                 for value in (encode_event(event), encode_event(retry)):
                     await writers.send(old_table, value)
         await writers.producer.flush()
-        await asyncio.sleep(rng.uniform(0.0, 0.15))
+        await asyncio.sleep(rng.uniform(0.3, 1.5))  # spread the stream over the kills
 
 
 async def test_soak_kills_crash_points_replays_and_retries_end_exactly_once(
@@ -130,16 +136,46 @@ async def test_soak_kills_crash_points_replays_and_retries_end_exactly_once(
                 for n in range(WRITER_TASKS)
             )
         )
-        kills = crashes = 0
+        # A second replica in the same group, frozen now and then for longer than the
+        # session timeout: it wakes up as a zombie that still believes it owns partitions.
+        zombie = CoordinatorProcess(
+            stack,
+            tmp_path,
+            "zombie",
+            batch_max_files=6,
+            batch_max_wait_ms=30,
+            session_timeout_ms=1500,
+        )
+        EXTRA_PROCESSES.append(zombie)
+
+        def crash_env() -> dict[str, str]:
+            if rng.random() < 0.4:
+                return {}
+            return {
+                "ICEFLOE_CRASH_AT": rng.choice(CRASH_POINTS),
+                "ICEFLOE_CRASH_AFTER": str(rng.randint(0, 1)),
+            }
+
+        zombie.start(crash_env())
+        kills = crashes = freezes = 0
         while kills + crashes < KILLS:
-            env = {}
-            if rng.random() < 0.6:
-                env = {
-                    "ICEFLOE_CRASH_AT": rng.choice(CRASH_POINTS),
-                    "ICEFLOE_CRASH_AFTER": str(rng.randint(0, 2)),
-                }
-            coordinator.start(env)
-            await asyncio.sleep(rng.uniform(1.5, 4.0))
+            coordinator.start(crash_env())
+            with contextlib.suppress(BaseException):
+                # Joined (or already crashed at a crash point, which the check below sees).
+                await coordinator.wait_ready()
+            await asyncio.sleep(rng.uniform(0.5, 2.0))
+            assert zombie.process is not None
+            if zombie.process.poll() is not None:  # the other replica reached a crash point
+                assert await zombie.exited() == 137, zombie.log_path.read_text()[-2000:]
+                crashes += 1
+                zombie.start(crash_env())
+            elif rng.random() < 0.5:
+                assert zombie.process is not None
+                zombie.process.send_signal(signal.SIGSTOP)
+                await asyncio.sleep(rng.uniform(2.0, 3.5))  # > the 1.5 s session timeout
+                zombie.process.send_signal(signal.SIGCONT)
+                freezes += 1
+            await asyncio.sleep(rng.uniform(0.2, 1.5))
             assert coordinator.process is not None
             if coordinator.process.poll() is None:
                 await coordinator.stop("kill")
@@ -148,7 +184,15 @@ async def test_soak_kills_crash_points_replays_and_retries_end_exactly_once(
                 assert await coordinator.exited() == 137, coordinator.log_path.read_text()[-2000:]
                 crashes += 1
         await producing
+        assert zombie.process is not None
+        if zombie.process.poll() is not None:
+            assert await zombie.exited() == 137, zombie.log_path.read_text()[-2000:]
+            crashes += 1
+        else:
+            await zombie.stop("kill")
+            kills += 1
         coordinator.start()
+        await coordinator.wait_ready()
         every = {c for cs in ledger.commits.values() for c in cs}
 
         async def all_announced() -> bool:
@@ -185,4 +229,5 @@ async def test_soak_kills_crash_points_replays_and_retries_end_exactly_once(
                 assert set(event.file_paths) <= orphaned, commit_id
         committed, ends = await group_offsets(stack), await end_offsets(stack)
         assert {p: committed[p] or 0 for p in ends} == ends
-        assert kills + crashes == KILLS
+        assert kills + crashes >= KILLS and freezes >= 1
+        assert crashes >= 1, "no injected crash point was reached"
