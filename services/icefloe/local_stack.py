@@ -28,6 +28,12 @@ Why the care:
   (``python -m icefloe.local_stack moto HOST PORT``), which makes conditional writes exact,
   like real S3.
 
+What must survive a restart does: by default (``persistent=True``) redis-server runs with
+its append-only file (``appendonly yes``, fsync every second) and dynalite with ``--path``,
+both under the stack's work directory (``redis-data``, ``dynalite-data``), so a restarted
+server on the same directory still has the catalog's table pointers. A Redis catalog that
+loses its data loses its tables; production needs the same (see the README).
+
 Each server's output goes to ``<name>-<port>.log`` in the stack's work directory. A stack
 with a caller-given ``workdir`` keeps its logs; a stack with a temporary one deletes it on a
 clean stop and keeps it after a failed start (the error names the logs) or when

@@ -602,3 +602,78 @@ async def test_local_stack_redis_and_dynalite_keep_tables_across_restarts(
                 assert table.metadata.schema().find_field(1) is not None
             finally:
                 await catalog.close()
+
+
+# -- catalog outages: a frozen Redis or DynamoDB only delays commits ----------------------
+
+
+@pytest.mark.parametrize("store", ["redis", "dynamodb"])
+async def test_catalog_outages_and_a_kill_during_one_never_lose_or_double_a_commit(
+    store: str, kafka_broker: str, tmp_path: Path
+) -> None:
+    from test_coordinator import all_committed, assert_exactly_once
+
+    os.environ.setdefault("AWS_ACCESS_KEY_ID", "test")
+    os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "test")
+    warehouse = tmp_path / "warehouse"
+    async with LocalStack(
+        redis=store == "redis", dynamodb=store == "dynamodb", workdir=tmp_path / "own"
+    ) as own:
+        uri = (
+            redis_uri(own.redis_url, warehouse)
+            if store == "redis"
+            else dynamodb_uri(own.dynamodb_endpoint, warehouse)
+        )
+        server = own.servers["redis" if store == "redis" else "dynamodb"].process
+        stack = Stack(kafka_broker, uri, warehouse)
+        names = ["db.outage_0", "db.outage_1"]
+        async with harness(stack, tmp_path, names, batch_max_wait_ms=50) as (
+            coordinator,
+            outputs,
+            writers,
+            catalog,
+        ):
+            coordinator.start()
+            await coordinator.wait_ready()
+
+            async def produce() -> None:
+                for i in range(24):
+                    name = names[i % 2]
+                    if i % 5 == 4:
+                        await writers.stream(name, f"{name}-s{i}")
+                    else:
+                        await writers.job(name, f"{name}-j{i}", 1, 2, retried=i % 3 == 0)
+                    await writers.producer.flush()
+                    await asyncio.sleep(0.25)
+
+            producing = asyncio.create_task(produce())
+            for outage, kill in ((4.0, False), (3.0, True)):
+                await asyncio.sleep(1.0)
+                server.send_signal(signal.SIGSTOP)
+                try:
+                    await asyncio.sleep(outage / 2)
+                    if kill:  # the coordinator dies mid-outage and restarts into it
+                        await coordinator.stop("kill")
+                        coordinator.start()
+                    await asyncio.sleep(outage / 2)
+                finally:
+                    server.send_signal(signal.SIGCONT)
+            await producing
+
+            async def done() -> bool:
+                return await all_committed(catalog, writers)
+
+            await wait_until(done, "every commit after the outages", alive=coordinator.alive)
+            every = {c for cs in writers.commits.values() for c in cs}
+
+            async def announced() -> bool:
+                return {c for e in outputs.committed for c in e.commit_ids} >= every
+
+            await wait_until(announced, "every commit announced", alive=coordinator.alive)
+            assert await coordinator.stop() == 0
+            await assert_exactly_once(catalog, writers)
+            for name in names:
+                for commit_id in writers.commits[name]:
+                    held = await holders(catalog, name, commit_id)
+                    assert {e.snapshot_id for e in outputs.acks(commit_id)} == set(held)
+            assert not [d for d in outputs.dead if not d.reason.startswith("late-files")]
