@@ -8,11 +8,15 @@ what it finds and by how many snapshots it had to read (incremental: only new on
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from icefloe.catalog import TableIdentifier
+from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.commit import RetryPolicy
 from icefloe.commit_index import (
     DEDUP_WINDOW_MS,
     SUMMARY_COMMIT_IDS,
@@ -20,17 +24,21 @@ from icefloe.commit_index import (
     dedup_window_ms,
     snapshots_in_window,
 )
+from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
-from icefloe.maintenance import retained_snapshots
+from icefloe.fileio import LocalFileIO
+from icefloe.maintenance import expire_snapshots, retained_snapshots
 from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 from icefloe.snapshot import MAIN_BRANCH, Operation, Snapshot, SnapshotRef, Summary
+from icefloe.snapshot_producer import fast_append
 from icefloe.sort_order import SortOrder
 from icefloe.types import LongType, NestedField
 
 DAY = 86_400_000
 NOW = 1_700_000_000_000
+QUICK = RetryPolicy(num_retries=3, min_wait_ms=1, max_wait_ms=5)
 
 
 class Table:
@@ -165,3 +173,37 @@ def test_incremental_index_equals_a_fresh_build(steps: list[tuple[int, int]]) ->
         for s in t.metadata.snapshots:
             for cid in json.loads((s.summary or {}).get(SUMMARY_COMMIT_IDS, "[]")):
                 assert index.get(cid) == fresh.get(cid) == s.snapshot_id
+
+
+async def test_expire_snapshots_keeps_the_window_and_refuses_expiring_inside_it(
+    tmp_path: Path,
+) -> None:
+    """On a real table: expiry by age keeps icefloe's snapshots inside the window and
+    removes them once the window is over; expiring one by id inside the window is refused."""
+    catalog = FileSystemCatalog("dedup", str(tmp_path / "wh"), LocalFileIO())
+    await catalog.create_namespace("db")
+    table = await catalog.create_table(
+        TableIdentifier(("db",), "t"),
+        Schema(NestedField(1, "id", LongType(), required=True)),
+        PartitionSpec(0, ()),
+        properties={DEDUP_WINDOW_MS: str(DAY)},
+    )
+    for i in range(3):
+        path = f"{table.location}/data/f{i}.parquet"
+        await table.io.write(path, b"PAR1")
+        table = await fast_append(
+            table,
+            [DataFile(path, "parquet", (), 1, 4)],
+            snapshot_properties={SUMMARY_COMMIT_IDS: json.dumps([f"c{i}"])},
+        ).commit(QUICK)
+    ids = [s.snapshot_id for s in table.metadata.snapshots]
+    now = max(s.timestamp_ms for s in table.metadata.snapshots) + 1
+    with pytest.raises(ValidationError, match="dedup window"):
+        await expire_snapshots(table, snapshot_ids=[ids[0]], now_ms=now, policy=QUICK)
+    result = await expire_snapshots(table, older_than_ms=now, retain_last=1, now_ms=now)
+    assert result.expired_snapshot_ids == []
+    later = now + 2 * DAY
+    result = await expire_snapshots(
+        table, older_than_ms=later, retain_last=1, now_ms=later, policy=QUICK
+    )
+    assert sorted(result.expired_snapshot_ids) == sorted(ids[:2])
