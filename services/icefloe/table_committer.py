@@ -289,7 +289,12 @@ class History:
     def committed(self, branch: str, source: str, min_offset: int) -> dict[str, int]:
         """Commit ids (to their snapshot ids) that may concern events at or after
         ``min_offset`` of ``source``: the walk stops at the first snapshot whose recorded
-        position for the source is at or below it (see the module docstring)."""
+        position for the source is at or below it (see the module docstring).
+
+        This proves only that *those events* were not committed, not that a commit id was
+        not (a retry's events sit above every recorded position), so it no longer decides
+        anything: whether a commit id is applied is the dedup index's question
+        (:class:`~icefloe.commit_index.CommitIndex`). It stays as the benchmark's peer."""
         found: dict[str, int] = {}
         for snapshot in self.ancestry(branch):
             positions = summary_positions(snapshot)
@@ -297,14 +302,6 @@ class History:
                 break
             for commit_id in summary_commit_ids(snapshot):
                 found.setdefault(commit_id, snapshot.snapshot_id)
-        return found
-
-    def recent_commits(self, source: str, min_offset: int) -> dict[str, int]:
-        """:meth:`committed` over every branch."""
-        found: dict[str, int] = {}
-        for branch in self.branch_heads():
-            for commit_id, snapshot_id in self.committed(branch, source, min_offset).items():
-                found.setdefault(commit_id, snapshot_id)
         return found
 
     def recorded_position(self, source: str) -> int | None:
@@ -601,9 +598,6 @@ class TableCommitter:
     def recorded_position(self) -> int | None:
         """The highest position recorded for this committer's source partition, if any."""
         return self.history().recorded_position(self.source)
-
-    def recent_commits(self, min_offset: int) -> dict[str, int]:
-        return self.history().recent_commits(self.source, min_offset)
 
     def committed_snapshot(self, commit_id: str) -> int | None:
         """The snapshot of the loaded table (any branch, any writer) that applied
