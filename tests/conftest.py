@@ -42,14 +42,14 @@ def s3_server() -> Iterator[S3Endpoint]:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[str]:
-    """URL of a throw-away redis (no persistence): ``redis://127.0.0.1:PORT/0``."""
+    """URL of a redis with its append-only file (as production needs): ``redis://...``."""
     with LocalStack(redis=True) as stack:
         yield stack.redis_url
 
 
 @pytest.fixture(scope="session")
 def dynalite() -> Iterator[str]:
-    """Endpoint URL of an in-memory dynalite (DynamoDB API with real conditional writes)."""
+    """Endpoint URL of a dynalite on disk (DynamoDB API with real conditional writes)."""
     with LocalStack(dynamodb=True) as stack:
         yield stack.dynamodb_endpoint
 

@@ -61,6 +61,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "icefloe.bench_planner",
     "icefloe.bench_spark",
     "icefloe.bench_coordinator",
+    "icefloe.bench_dedup",
 )
 
 # Distributions whose versions explain a figure; printed with every report.

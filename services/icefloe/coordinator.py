@@ -28,20 +28,25 @@ table itself:
    ``icefloe.offsets`` (the table's safe resume point per source partition: every one of its
    events below it is done) and ``icefloe.positions`` (how far the committer had read, as a
    running maximum). See :mod:`icefloe.table_committer`.
-3. *Check on every base.* Before each attempt, and on the reloaded table after each
-   conflict, the committer walks the branch history back to the first snapshot whose
-   position is at or below the batch's smallest offset, drops units whose commit ids it
-   finds, and refuses files already live. The catalog's conditional swap serializes
-   committers, so a restarted process, a new owner after a rebalance, or a zombie replica
-   still consuming the same partition can never add a file twice. An unknown swap outcome
-   is resolved by reloading and checking, never by a blind retry.
-4. *Skip what is done.* When a worker loads its table it reads the highest resume point
-   recorded for its partition and skips the table's events below it.
-5. *Kafka offsets last.* Offsets are committed (manually) only after the table commit, as
-   each partition's low watermark: the smallest offset any of its tables still tracks
-   (received, pending, ready or being committed; a dead-lettered event counts as done once
-   the dead-letter topic acknowledged it), else the position. A crash anywhere therefore
-   only re-reads events, and step 3 makes re-reading harmless.
+3. *Check on every base, by commit id.* Before each attempt, and on the reloaded table
+   after each conflict, the committer drops units whose commit ids the table already holds
+   (the dedup index over every snapshot it lists, :mod:`icefloe.commit_index`, kept
+   incrementally) and refuses files already live. The catalog's conditional swap
+   serializes committers, so a restarted process, a new owner after a rebalance, or a
+   zombie replica still consuming the same partition can never apply a commit id twice or
+   add a file twice. An unknown swap outcome is resolved by reloading and checking, never
+   by a blind retry. Events whose commit id the table holds are acknowledged again (a new
+   ``table-committed`` naming the snapshot that holds it), not dead-lettered.
+4. *Skip what is done, announce it again.* When a worker loads its table it reads the
+   highest resume point recorded for its partition (unless the partition ends below the
+   recorded position: a re-created topic, where nothing is skipped) and skips the table's
+   events below it, announcing again each commit among them the table holds: a crash
+   between the catalog swap and the announcement leaves exactly those events to re-read.
+5. *Kafka offsets last.* Offsets are committed (manually) only after the table commit and
+   its announcement, as each partition's low watermark: the smallest offset any of its
+   tables still tracks (received, pending, ready or being committed; a dead-lettered event
+   counts as done once the dead-letter topic acknowledged it), else the position. A crash
+   anywhere therefore only re-reads events, and steps 3 and 4 make re-reading harmless.
 
 Validation never blocks a partition: an invalid event (malformed, unknown table, schema or
 spec, partition values of the wrong type, inconsistent counts, a path outside the table or
@@ -77,6 +82,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
+from icefloe.commit_index import dedup_window_ms
 from icefloe.coordinator_config import CoordinatorConfig, overrides_from_args
 from icefloe.datafile import DataFile
 from icefloe.errors import (
@@ -126,7 +132,8 @@ _WORKER_RESTART_S = 1.0
 _INTAKE_SLICE_S = 0.05
 _INTAKE_BATCH = 128
 _CONCURRENT_CHECKS = 16
-_DEAD_LETTER_TRUNCATE = 64 << 10
+_DEAD_LETTER_RETRY_MAX_S = 60.0
+_MAX_REQUEST_BYTES = 64 << 20
 
 
 def _backoff(failures: int) -> float:
@@ -178,6 +185,33 @@ class CoordinatorMetrics:
         )
         self.tables_active = Gauge(f"{p}_tables_active", "Tables with a running worker", registry=r)
         self.partitions = Gauge(f"{p}_partitions_assigned", "Assigned partitions", registry=r)
+        self.dead_letters_too_large = Counter(
+            f"{p}_dead_letters_too_large",
+            "Dead letters the dead-letter topic refused as too large (retried, never cut)",
+            registry=r,
+        )
+        self.topic_recreated = Counter(
+            f"{p}_topic_recreated",
+            "Tables whose recorded offsets lie beyond the partition's end (re-created topic)",
+            ["partition"],
+            registry=r,
+        )
+        self.pending = Gauge(
+            f"{p}_pending_events",
+            "files-written events waiting for their commit-requested",
+            registry=r,
+        )
+        self.pending_oldest = Gauge(
+            f"{p}_pending_oldest_seconds",
+            "How long the oldest pending files-written event has waited",
+            registry=r,
+        )
+        self.dedup_gap = Gauge(
+            f"{p}_dedup_window_gap_seconds",
+            "How much of the dedup window the table's retained history may not cover",
+            ["table"],
+            registry=r,
+        )
 
 
 # -- logging -----------------------------------------------------------------------------
@@ -288,6 +322,7 @@ class TableWorker:
         self.wakeup = asyncio.Event()
         self.resume: int | None = None
         self.missing_checked_at: float | None = None
+        self.stuck_warned_at = float("-inf")
         self.sweep_due = False
         self._checks = asyncio.Semaphore(_CONCURRENT_CHECKS)
 
@@ -448,6 +483,14 @@ class TableWorker:
         if not await self._ensure_loaded(record):
             return
         if self.resume is not None and record.offset < self.resume:
+            # Done before, but perhaps never announced: a crash between the catalog swap
+            # and the table-committed leaves exactly these events to re-read (Kafka offsets
+            # move only after the announcement). Announce what the table holds again.
+            commit_id = _unit_commit_id(event)
+            if commit_id is not None:
+                snapshot_id = self._committed_snapshot(commit_id)
+                if snapshot_id is not None:
+                    await self._acknowledge_again({commit_id: snapshot_id}, event.produced_at_ms)
             self.coordinator.metrics.skipped.labels("below-resume-point").inc()
             self.batcher.release(record.offset)
             return
@@ -470,7 +513,7 @@ class TableWorker:
                 self.missing_checked_at = now
             else:
                 self.missing_checked_at = None
-                self._loaded(record.offset)
+                await self._loaded()
                 return True
         await self._dead_letter(
             [record.source],
@@ -481,7 +524,7 @@ class TableWorker:
         )
         return False
 
-    def _loaded(self, first_offset: int) -> None:
+    async def _loaded(self) -> None:
         table = self.committer.table
         assert table is not None
         try:
@@ -491,16 +534,84 @@ class TableWorker:
         except ValidationError as e:
             log.warning("table %s: %s; using the default batch limits", self.table, e)
         recorded = self.committer.resume_point()
-        if recorded is not None:
+        if recorded is not None and await self._same_topic_incarnation():
             self.resume = recorded if self.resume is None else max(self.resume, recorded)
-        floor = first_offset if self.resume is None else min(first_offset, self.resume)
-        self.batcher.mark_committed(self.committer.recent_commits(floor))
+        self.committer.index.update(table.metadata)
+        self._check_dedup_coverage(table)
         log.info(
             "loaded table %s (resume point %s)",
             self.table,
             self.resume,
             extra=self._extra(metadata_location=table.metadata_location),
         )
+
+    async def _same_topic_incarnation(self) -> bool:
+        """Whether the offsets the table recorded for this partition can belong to the
+        partition as it is now. A recorded position beyond the partition's end offset means
+        the topic was deleted and re-created (or truncated): its offsets restarted, and
+        skipping by the recorded resume point would skip new events silently. Then nothing
+        is skipped by offset; the dedup index alone keeps commits exactly once."""
+        position = self.committer.recorded_position()
+        if position is None:
+            return True
+        end = await self.coordinator.end_offset(self.partition.tp)
+        if end is None or position <= end:
+            return True
+        self.coordinator.metrics.topic_recreated.labels(self.partition.source).inc()
+        self.committer.restart_positions = True
+        log.error(
+            "table %s recorded position %d for %s but the partition ends at offset %d: the "
+            "topic was re-created or truncated. Its recorded resume point is ignored (no event "
+            "is skipped by offset); commit ids alone deduplicate. Use a new topic name when "
+            "re-creating the events topic",
+            self.table,
+            position,
+            self.partition.source,
+            end,
+            extra=self._extra(recorded_position=position, end_offset=end),
+        )
+        return False
+
+    def _committed_snapshot(self, commit_id: str) -> int | None:
+        """The snapshot holding ``commit_id``: known to this worker, else in the table."""
+        snapshot_id = self.batcher.committed_snapshot(commit_id)
+        if snapshot_id is None:
+            snapshot_id = self.committer.committed_snapshot(commit_id)
+            if snapshot_id is not None:
+                self.batcher.mark_committed({commit_id: snapshot_id})
+        return snapshot_id
+
+    def _status(self, commit_id: str) -> CommitStatus:
+        """The batcher's view of a commit id, with the table's dedup index behind it: a
+        commit id the table holds is committed, whatever offsets or attempt ids say."""
+        status = self.batcher.commit_status(commit_id)
+        if status is CommitStatus.NEW and self._committed_snapshot(commit_id) is not None:
+            return CommitStatus.COMMITTED
+        return status
+
+    def _check_dedup_coverage(self, table: Table) -> None:
+        """Warn (log and metric) when the table's history is shorter than the dedup window."""
+        try:
+            window = dedup_window_ms(
+                table.metadata.properties, self.coordinator.config.dedup_window_ms
+            )
+        except ValidationError as e:
+            log.warning("table %s: %s; using the default dedup window", self.table, e)
+            window = self.coordinator.config.dedup_window_ms
+        gap = self.committer.index.coverage_gap_ms(table.metadata, now_ms(), window)
+        self.coordinator.metrics.dedup_gap.labels(self.table).set(gap / 1000.0)
+        if gap > 0:
+            log.warning(
+                "table %s: its retained snapshot history may not cover the dedup window of "
+                "%d ms (up to %d ms missing): snapshots were expired inside the window, "
+                "perhaps by another engine, and commit ids retried from before then may not "
+                "be recognised after a restart; expire with icefloe's maintenance (it keeps "
+                "the window) or raise the table's history.expire.* settings",
+                self.table,
+                window,
+                gap,
+                extra=self._extra(dedup_window_ms=window, dedup_gap_ms=gap),
+            )
 
     async def _on_files(
         self,
@@ -510,10 +621,29 @@ class TableWorker:
     ) -> None:
         metrics = self.coordinator.metrics
         if self.batcher.knows_event(event.event_id):
-            metrics.skipped.labels("duplicate").inc()
-            self.batcher.release(record.offset)
+            if self.batcher.same_event(event):
+                if event.complete:
+                    # A streaming replay of a done micro-batch: acknowledge it again (one
+                    # still queued is announced by its own commit).
+                    snapshot_id = self.batcher.committed_snapshot(event.commit_id)
+                    if snapshot_id is not None:
+                        await self._acknowledge_again(
+                            {event.commit_id: snapshot_id}, event.produced_at_ms
+                        )
+                metrics.skipped.labels("duplicate").inc()
+                self.batcher.release(record.offset)
+                return
+            await self._dead_letter(
+                [record.source],
+                EventRejectedError(
+                    "conflicting-event",
+                    f"files-written {event.event_id} (commit id {event.commit_id!r}) reuses the "
+                    "event id of an earlier event with different content (commit id, attempt "
+                    f"or files); its {len(event.file_paths)} file(s) are in no snapshot",
+                ),
+            )
             return
-        status = self.batcher.commit_status(event.commit_id)
+        status = self._status(event.commit_id)
         if status is not CommitStatus.NEW:
             await self._late_files(record, event, status)
             return
@@ -564,13 +694,17 @@ class TableWorker:
         """Whether files found live belong to a commit another coordinator (or an earlier
         life of this one) already applied: then the event is a replay, not an error."""
 
-        async def recent() -> dict[str, int]:
+        async def holder() -> int | None:
             await self.committer.load()
-            return self.committer.recent_commits(record.offset)
+            return self.committer.committed_snapshot(event.commit_id)
 
-        commits: dict[str, int] = await self._retrying("reading the table history", recent)
-        self.batcher.mark_committed(commits)
-        return event.commit_id in commits
+        snapshot_id: int | None = await self._retrying("reading the table history", holder)
+        if snapshot_id is None:
+            return False
+        self.batcher.mark_committed({event.commit_id: snapshot_id})
+        if event.complete:
+            await self._acknowledge_again({event.commit_id: snapshot_id}, event.produced_at_ms)
+        return True
 
     async def _late_files(self, record: _Record, event: FilesWritten, status: CommitStatus) -> None:
         """Files for a commit id already queued or committed: a replay, or orphans."""
@@ -581,6 +715,19 @@ class TableWorker:
                 return await self.committer.live_paths(table.metadata, event.branch or "main")
 
             paths = await self._retrying("reading live files", live)
+            if event.complete:
+                # A streaming replay (same micro-batch, same or new files): acknowledge it
+                # again, naming the snapshot that holds the commit id; files this event
+                # adds that the table does not hold are reported as orphans for clean-up.
+                snapshot_id = self.batcher.committed_snapshot(event.commit_id)
+                if snapshot_id is not None:
+                    orphans = [p for p in event.file_paths if p not in paths]
+                    await self._acknowledge_again(
+                        {event.commit_id: snapshot_id}, event.produced_at_ms, orphans=orphans
+                    )
+                    self.coordinator.metrics.skipped.labels("replayed").inc()
+                    self.batcher.release(record.offset)
+                    return
             if all(path in paths for path in event.file_paths):
                 self.coordinator.metrics.skipped.labels("replayed").inc()
                 self.batcher.release(record.offset)
@@ -597,7 +744,7 @@ class TableWorker:
 
     async def _on_request(self, record: _Record, request: CommitRequested) -> None:
         metrics = self.coordinator.metrics
-        status = self.batcher.commit_status(request.commit_id)
+        status = self._status(request.commit_id)
         if status is CommitStatus.COMMITTED:
             snapshot_id = self.batcher.committed_snapshot(request.commit_id)
             if snapshot_id is not None:
@@ -760,7 +907,12 @@ class TableWorker:
             await self._acknowledge_again(outcome.already_committed, oldest, table)
 
     async def _acknowledge_again(
-        self, commits: Mapping[str, int], produced_at_ms: int, table: Table | None = None
+        self,
+        commits: Mapping[str, int],
+        produced_at_ms: int,
+        table: Table | None = None,
+        *,
+        orphans: Sequence[str] = (),
     ) -> None:
         """A table-committed pointing at the earlier snapshot of commits found done."""
         if table is None:
@@ -780,7 +932,9 @@ class TableWorker:
                 extra=self._extra(snapshot_id=snapshot_id, commit_ids=commit_ids),
             )
             if snapshot is None:
-                continue  # expired since: nothing precise to announce
+                # Expired since: nothing precise to announce, but never commit it again.
+                self.coordinator.metrics.skipped.labels("acknowledged-expired").inc()
+                continue
             latency_ms = max(0, now_ms() - produced_at_ms)
             branch = next(
                 (n for n, r in table.metadata.refs.items() if r.snapshot_id == snapshot_id),
@@ -794,10 +948,17 @@ class TableWorker:
                     table.metadata_location,
                     commit_ids,
                     latency_ms,
-                    [],
+                    orphans,
                 )
             )
         await self.coordinator.publish_results(messages)
+
+
+def _unit_commit_id(event: FilesWritten | CommitRequested) -> str | None:
+    """The commit id an event makes ready by itself (a request or a streaming event)."""
+    if isinstance(event, CommitRequested):
+        return event.commit_id
+    return event.commit_id if event.complete else None
 
 
 def _table_committed(
@@ -873,9 +1034,12 @@ class Coordinator:
             healthy=lambda: not self._failed,
             host=config.http_host,
             port=config.http_port,
+            detail=self.readiness_detail,
         )
         self.partitions: dict[TopicPartition, PartitionState] = {}
         self.inflight = 0
+        self.pending_count = 0
+        self.pending_oldest_s = 0.0
         self.draining = False
         self.offsets_dirty = asyncio.Event()
         self._stop = asyncio.Event()
@@ -916,7 +1080,9 @@ class Coordinator:
                 acks="all",
                 enable_idempotence=False,
                 linger_ms=5,
-                max_request_size=8 << 20,
+                # Dead letters carry their original byte for byte (base64, so 4/3 of it):
+                # the client must never be the limit; the broker's topic setting is.
+                max_request_size=_MAX_REQUEST_BYTES,
             )
             await self.producer.start()
             self.consumer = AIOKafkaConsumer(
@@ -1143,13 +1309,65 @@ class Coordinator:
                 self._lag_labels.add(ps.source)
 
     def _mark_abandoned(self) -> None:
-        cutoff = time.monotonic() - self.config.abandon_after_ms / 1000.0
+        """Make stuck files-written events visible, and dead-letter them once they are
+        older than ``abandon_after_ms`` (they hold the partition's offset back until then)."""
+        now = time.monotonic()
+        limit_s = self.config.abandon_after_ms / 1000.0
+        cutoff = now - limit_s
+        count = 0
+        oldest: float | None = None
         for worker in self._workers():
-            if worker.batcher.pending_count and any(
-                p.received_at <= cutoff for p in worker.batcher.pending_events()
-            ):
+            if not worker.batcher.pending_count:
+                continue
+            pending = worker.batcher.pending_events()
+            count += len(pending)
+            first = min(p.received_at for p in pending)
+            oldest = first if oldest is None else min(oldest, first)
+            if first <= cutoff:
                 worker.sweep_due = True
                 worker.ensure_running()
+            elif now - first >= limit_s / 2 and now - worker.stuck_warned_at >= 60.0:
+                worker.stuck_warned_at = now
+                log.warning(
+                    "table %s has %d files-written event(s) waiting %.0fs for their "
+                    "commit-requested (commit ids %s); they hold partition %s's committed "
+                    "offset back and are dead-lettered as abandoned after %.0fs",
+                    worker.table,
+                    len(pending),
+                    now - first,
+                    sorted({p.event.commit_id for p in pending})[:10],
+                    worker.partition.source,
+                    limit_s,
+                    extra=worker._extra(pending=len(pending), waiting_s=now - first),
+                )
+        self.pending_count = count
+        self.pending_oldest_s = 0.0 if oldest is None else now - oldest
+        self.metrics.pending.set(count)
+        self.metrics.pending_oldest.set(self.pending_oldest_s)
+
+    def readiness_detail(self) -> str:
+        """Lines /readyz adds: what holds offsets back."""
+        return (
+            f"pending files-written events: {self.pending_count} (oldest waiting "
+            f"{self.pending_oldest_s:.0f}s; abandoned after "
+            f"{self.config.abandon_after_ms / 1000.0:.0f}s)\n"
+        )
+
+    async def end_offset(self, tp: TopicPartition) -> int | None:
+        """The partition's end offset (high watermark), None when it cannot be known."""
+        if self.consumer is None:
+            return None
+        with contextlib.suppress(Exception):
+            highwater = self.consumer.highwater(tp)
+            if highwater is not None:
+                return int(highwater)
+        try:
+            ends = await self.consumer.end_offsets([tp])
+        except Exception as e:  # not knowing only means not checking
+            log.warning("reading the end offset of %s failed: %s", tp, e)
+            return None
+        value = ends.get(tp)
+        return None if value is None else int(value)
 
     # -- producing -------------------------------------------------------------------------
 
@@ -1219,19 +1437,32 @@ class Coordinator:
             },
         )
         letter = self._dead_letter_value(ps, event, error, table)
-        try:
-            await self._send_until_acked(
-                self.config.dead_letter_topic, encode_event(letter), event.key
-            )
-        except MessageSizeTooLargeError:
-            truncated = SourceEvent(event.raw[:_DEAD_LETTER_TRUNCATE], event.key, event.offset)
-            reason = EventRejectedError(
-                error.kind, f"{error} (original of {len(event.raw)} bytes truncated)"
-            )
-            letter = self._dead_letter_value(ps, truncated, reason, table)
-            await self._send_until_acked(
-                self.config.dead_letter_topic, encode_event(letter), event.key
-            )
+        value = encode_event(letter)
+        failures = 0
+        while True:
+            try:
+                await self._send_until_acked(self.config.dead_letter_topic, value, event.key)
+                return
+            except MessageSizeTooLargeError as e:
+                # Never cut the original and never drop it: the event stays not done (its
+                # offset is held) until the dead-letter topic accepts it, loudly.
+                failures += 1
+                self.metrics.dead_letters_too_large.inc()
+                delay = min(_DEAD_LETTER_RETRY_MAX_S, _backoff(failures))
+                log.error(
+                    "dead letter for offset %d of %s (%d bytes) is larger than the "
+                    "dead-letter topic %r accepts (%s): raise that topic's max.message.bytes "
+                    "(and the brokers' message.max.bytes); retrying in %.0fs, the partition's "
+                    "offset is held until then",
+                    event.offset,
+                    ps.source,
+                    len(value),
+                    self.config.dead_letter_topic,
+                    e,
+                    delay,
+                    extra={"partition": ps.source, "offset": event.offset, "bytes": len(value)},
+                )
+                await asyncio.sleep(delay)
 
     def _dead_letter_loose(
         self, ps: PartitionState, record: _Record, error: EventRejectedError

@@ -22,6 +22,7 @@ from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from icefloe import kafka_settings, settings_flags
+from icefloe.commit_index import DEDUP_WINDOW_MS_DEFAULT
 from icefloe.kafka_settings import SaslMechanism, SecurityProtocol
 
 ENV_PREFIX = "ICEFLOE_"
@@ -69,9 +70,20 @@ class CoordinatorConfig(BaseSettings):
     check_files: bool = Field(True, description="check data files exist with the stated size")
     file_check_concurrency: int = Field(32, ge=1)
     abandon_after_ms: int = Field(
-        3_600_000,
+        600_000,
         ge=1,
-        description="files-written events with no commit-requested this long are dead-lettered",
+        description=(
+            "files-written events with no commit-requested this long are dead-lettered as "
+            "'abandoned' (they hold the partition's committed offset back until then)"
+        ),
+    )
+    dedup_window_ms: int = Field(
+        DEDUP_WINDOW_MS_DEFAULT,
+        ge=0,
+        description=(
+            "how far back a retried commit id is recognised (default 7 days; table property "
+            "icefloe.dedup.window-ms overrides it; snapshot expiry keeps this much history)"
+        ),
     )
 
     # -- service ----------------------------------------------------------------------------

@@ -35,6 +35,12 @@ Why the care:
   (``python -m icefloe.local_stack moto HOST PORT``), which makes conditional writes exact,
   like real S3.
 
+What must survive a restart does: by default (``persistent=True``) redis-server runs with
+its append-only file (``appendonly yes``, fsync every second) and dynalite with ``--path``,
+both under the stack's work directory (``redis-data``, ``dynalite-data``), so a restarted
+server on the same directory still has the catalog's table pointers. A Redis catalog that
+loses its data loses its tables; production needs the same (see the README).
+
 Each server's output goes to ``<name>-<port>.log`` in the stack's work directory. A stack
 with a caller-given ``workdir`` keeps its logs; a stack with a temporary one deletes it on a
 clean stop and keeps it after a failed start (the error names the logs) or when
@@ -724,14 +730,24 @@ def seaweedfs_spec() -> ServerSpec:
     return ServerSpec("seaweedfs", functools.partial(_weed_command, binary), probe_s3_write)
 
 
-def redis_spec() -> ServerSpec:
-    """A throw-away redis: no snapshots, no append-only file, in the foreground."""
+def redis_spec(data_dir: Path | None = None) -> ServerSpec:
+    """redis-server in the foreground. With ``data_dir``, it persists as production must:
+    an append-only file fsynced every second in that directory (``appendonly yes``), so a
+    restart keeps the catalog's table pointers; without, a throw-away server (no AOF, no
+    RDB snapshots)."""
     binary = _find_binary(
         REDIS_SERVER_ENV,
         "redis-server",
         (),
         "redis-server is not on PATH: install it (apt-get install redis-server) "
         f"or point {REDIS_SERVER_ENV} at it",
+    )
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    persistence = (
+        ["--appendonly", "no"]
+        if data_dir is None
+        else ["--appendonly", "yes", "--appendfsync", "everysec", "--dir", str(data_dir)]
     )
     return ServerSpec(
         "redis",
@@ -743,8 +759,7 @@ def redis_spec() -> ServerSpec:
             HOST,
             "--save",
             "",
-            "--appendonly",
-            "no",
+            *persistence,
             "--daemonize",
             "no",
         ],
@@ -766,9 +781,13 @@ def dynalite_binary() -> Path:
     )
 
 
-def dynalite_spec() -> ServerSpec:
-    """In-memory dynalite whose tables become ACTIVE at once (no CREATING delay to wait)."""
+def dynalite_spec(data_dir: Path | None = None) -> ServerSpec:
+    """dynalite whose tables become ACTIVE at once (no CREATING delay to wait); on disk in
+    ``data_dir`` (``--path``) when given, so its items survive a restart, else in memory."""
     binary = dynalite_binary()
+    if data_dir is not None:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    storage = [] if data_dir is None else ["--path", str(data_dir)]
     return ServerSpec(
         "dynalite",
         lambda port: [
@@ -777,6 +796,7 @@ def dynalite_spec() -> ServerSpec:
             HOST,
             "--port",
             str(port),
+            *storage,
             "--createTableMs",
             "0",
             "--deleteTableMs",
@@ -846,7 +866,7 @@ def start_tansu() -> ServerProcess:
     return _start(tansu_spec())
 
 
-_SPECS: dict[str, Callable[[], ServerSpec]] = {
+_SPECS: dict[str, Callable[[], ServerSpec]] = {  # servers without persistence
     "kafka": tansu_spec,
     "redis": redis_spec,
     "dynamodb": dynalite_spec,
@@ -921,6 +941,7 @@ class LocalStack:
         s3: bool = False,
         workdir: str | os.PathLike[str] | None = None,
         start_timeout_s: float = START_TIMEOUT_S,
+        persistent: bool = True,
     ) -> None:
         self.requested: dict[str, bool] = {
             "kafka": kafka,
@@ -929,6 +950,7 @@ class LocalStack:
             "s3": s3,
         }
         self.start_timeout_s = start_timeout_s
+        self.persistent = persistent
         self.servers: dict[str, ServerProcess] = {}
         self.processes: list[ServerProcess] = []
         self._launchers: dict[str, _Launcher] = {}
@@ -944,12 +966,22 @@ class LocalStack:
         if self._state != "new":
             raise IcefloeError(f"this LocalStack is {self._state}; create a new one to start")
         # Resolve every program first, so a missing one fails before anything is running.
-        specs = {name: _SPECS[name]() for name in SERVICES if self.requested[name]}
+        for name in SERVICES:
+            if self.requested[name]:
+                _SPECS[name]()
         if self._given_workdir is not None:
             self._given_workdir.mkdir(parents=True, exist_ok=True)
             self._workdir = self._given_workdir
         else:
             self._workdir = Path(tempfile.mkdtemp(prefix="icefloe-stack-"))
+        workdir = self._workdir
+        specs = {name: _SPECS[name]() for name in SERVICES if self.requested[name]}
+        if self.persistent:
+            # What must survive a restart of the server lives in the stack's directory.
+            if "redis" in specs:
+                specs["redis"] = redis_spec(workdir / "redis-data")
+            if "dynamodb" in specs:
+                specs["dynamodb"] = dynalite_spec(workdir / "dynalite-data")
         self._state = "starting"
         self._owner_pid = os.getpid()
         _ACTIVE_STACKS[id(self)] = self
@@ -1171,7 +1203,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kafka", action="store_true", help="a tansu Kafka broker")
     parser.add_argument("--redis", action="store_true", help="a redis server")
     parser.add_argument("--dynamodb", action="store_true", help="dynalite (DynamoDB API)")
-    parser.add_argument("--s3", action="store_true", help="moto S3 (single-threaded)")
+    parser.add_argument("--s3", action="store_true", help="S3 (SeaweedFS)")
     parser.add_argument(
         "--workdir", help="keep the server logs (and a file warehouse) in this folder"
     )

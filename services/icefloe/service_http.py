@@ -36,9 +36,11 @@ class ServiceHttp:
         healthy: Check = _always,
         host: str = "0.0.0.0",
         port: int = 0,
+        detail: Callable[[], str] | None = None,
     ) -> None:
         self.registry = registry
         self.ready = ready
+        self.detail = detail  # extra lines for /readyz (what an operator should look at)
         self.healthy = healthy
         self.host = host
         self.port = port
@@ -79,7 +81,13 @@ class ServiceHttp:
 
     async def _readyz(self, request: web.Request) -> web.Response:
         ok = _safe(self.ready)
-        return web.Response(status=200 if ok else 503, text="ready\n" if ok else "not ready\n")
+        text = "ready\n" if ok else "not ready\n"
+        if self.detail is not None:
+            try:
+                text += self.detail()
+            except Exception:
+                log.exception("readiness detail failed")
+        return web.Response(status=200 if ok else 503, text=text)
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)

@@ -17,8 +17,10 @@ carrying its commit id; the snapshot id is the result. A rejection on the dead-l
 fails the write at once with the coordinator's reason. Files of failed or speculative
 attempts (found by listing the directories the job wrote to, only when Spark reports failed
 tasks or runs speculation) and files the coordinator reports as orphans are deleted after
-the commit; if the commit cannot be confirmed (timeout), nothing is deleted, since the
-coordinator may still commit it.
+the commit; if the commit cannot be confirmed (timeout) or is rejected, the driver first
+looks for its commit id in the table's snapshots: found, the write succeeded (a lost or
+refused announcement); not found after a timeout, nothing is deleted, since the coordinator
+may still commit it. No clean-up ever deletes a file the table holds.
 
 Exactly once for streams (:func:`foreach_batch_sink`)
 ----------------------------------------------------
@@ -76,6 +78,7 @@ from icefloe.binding import bind
 from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
 from icefloe.catalog_uri import load_catalog
 from icefloe.commit import commit_with_retry
+from icefloe.commit_index import CommitIndex
 from icefloe.content_file import content_file_from_json
 from icefloe.datafile import DataFile
 from icefloe.errors import (
@@ -121,7 +124,6 @@ from icefloe.spark_tasks import (
     read_task,
     write_task,
 )
-from icefloe.table_committer import DEFAULT_HISTORY_LIMIT, summary_commit_ids
 from icefloe.types import (
     BinaryType,
     BooleanType,
@@ -413,7 +415,8 @@ class CommitChannel:
             raise CommitStateUnknownError(
                 f"no table-committed for commit id {request.commit_id!r} of {request.table} "
                 f"within {timeout_s:g}s; the coordinator may still commit it. Its files were "
-                "kept; retrying with the same commit id is safe"
+                "kept; the table was checked for the commit id before this was raised, and "
+                "retrying with the same commit id is safe (a commit id is applied at most once)"
             ) from None
         except KafkaError as e:
             if requested:
@@ -983,8 +986,24 @@ def commit_staged(
     started = time.monotonic()
     try:
         committed = _BACKGROUND.run(run())
-    except EventRejectedError:
-        _BACKGROUND.run(_cleanup(staged, committed=None))
+    except (EventRejectedError, CommitStateUnknownError) as e:
+        # Before retrying, giving up or deleting anything, ask the table itself: the
+        # commit id may be in it (a lost announcement, or a replay refused as such).
+        holder = _BACKGROUND.run(_committed_in(uri, staged.identifier, staged.commit_id))
+        if holder is not None:
+            log.warning(
+                "commit id %s of %s is in the table (snapshot %d) although the coordinator "
+                "answered %s: %s; taking it as committed",
+                staged.commit_id,
+                staged.identifier,
+                holder,
+                type(e).__name__,
+                e,
+            )
+            _BACKGROUND.run(_cleanup(staged, committed=None, only_not_live=True))
+            return holder
+        if isinstance(e, EventRejectedError):
+            _BACKGROUND.run(_cleanup(staged, committed=None, only_not_live=True))
         raise
     log.info(
         "committed %d file(s), %d row(s) to %s as snapshot %d in %.0f ms (commit id %s)",
@@ -1006,23 +1025,56 @@ def commit_staged(
                 committed.snapshot_id,
                 len(ours),
             )
-            _BACKGROUND.run(_cleanup(staged, committed=None, orphans=committed.orphan_files))
+            _BACKGROUND.run(
+                _cleanup(staged, committed=None, orphans=committed.orphan_files, only_not_live=True)
+            )
             return committed.snapshot_id
     _BACKGROUND.run(_cleanup(staged, committed=committed, orphans=committed.orphan_files))
     return committed.snapshot_id
 
 
+async def _live_files(uri: str, identifier: TableIdentifier) -> set[str]:
+    """Every file live in any branch or tag of the table (read from its manifests)."""
+    catalog = await _BACKGROUND.catalog(uri)
+    table = await catalog.load_table(identifier)
+    metadata = table.metadata
+    reader = ManifestReader(catalog.io)
+    specs = metadata.specs()
+    live: set[str] = set()
+    seen: set[str] = set()
+    for ref in metadata.refs.values():
+        snapshot = metadata.snapshot_by_id(ref.snapshot_id)
+        if snapshot is None:
+            continue
+        for manifest in await reader.manifests(snapshot):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in await reader.entries(manifest, specs, live_only=True):
+                live.add(entry.data_file.file_path)
+    return live
+
+
 async def _cleanup(
-    staged: StagedWrite, committed: TableCommitted | None, orphans: Sequence[str] = ()
+    staged: StagedWrite,
+    committed: TableCommitted | None,
+    orphans: Sequence[str] = (),
+    *,
+    only_not_live: bool = False,
 ) -> None:
     """Delete what is certainly not in the table: the job's files when nothing of it was
-    committed, otherwise files of other attempts and the coordinator's orphans."""
+    committed, otherwise files of other attempts and the coordinator's orphans.
+
+    ``only_not_live`` first reads which files the table holds and never deletes one of
+    them: for outcomes decided without a table-committed naming this job's snapshot (a
+    rejection, or a commit id found already applied)."""
     try:
         if committed is None:
-            await _delete_job_files(
-                staged.catalog_uri, staged.job_id, staged.directories, keep=set()
+            keep = (
+                await _live_files(staged.catalog_uri, staged.identifier) if only_not_live else set()
             )
-            await _delete(staged.catalog_uri, [p for p in staged.paths])
+            await _delete_job_files(staged.catalog_uri, staged.job_id, staged.directories, keep)
+            await _delete(staged.catalog_uri, [p for p in staged.paths if p not in keep])
         elif staged.needs_listing:
             await _delete_job_files(
                 staged.catalog_uri, staged.job_id, staged.directories, keep=staged.paths
@@ -1074,21 +1126,14 @@ def write(
 # ---------------------------------------------------------------------------------------
 
 
-async def _committed_in(
-    uri: str, identifier: TableIdentifier, commit_id: str, branch: str
-) -> int | None:
-    """The snapshot of ``branch``'s history that recorded ``commit_id``, if any."""
+async def _committed_in(uri: str, identifier: TableIdentifier, commit_id: str) -> int | None:
+    """The snapshot of the table that recorded ``commit_id`` (any branch, any writer), if
+    any: the same rule the coordinator deduplicates by (:mod:`icefloe.commit_index`)."""
     catalog = await _BACKGROUND.catalog(uri)
     table = await catalog.load_table(identifier)
-    head = table.metadata.snapshot_by_ref(branch)
-    if head is None:
-        return None
-    for n, snapshot in enumerate(table.metadata.ancestors_of(head.snapshot_id)):
-        if n >= DEFAULT_HISTORY_LIMIT:
-            break
-        if commit_id in summary_commit_ids(snapshot):
-            return snapshot.snapshot_id
-    return None
+    index = CommitIndex()
+    index.update(table.metadata)
+    return index.get(commit_id)
 
 
 def foreach_batch_sink(
@@ -1122,9 +1167,7 @@ def foreach_batch_sink(
             )
         commit_id = f"{query_id}:{batch_id}"
         settings = _settings(df.sparkSession, config)
-        done = _BACKGROUND.run(
-            _committed_in(settings.require_catalog(), identifier, commit_id, branch or "main")
-        )
+        done = _BACKGROUND.run(_committed_in(settings.require_catalog(), identifier, commit_id))
         if done is not None:
             log.info(
                 "batch %d of %s is already in %s (snapshot %d): skipped",

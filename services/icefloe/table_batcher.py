@@ -45,6 +45,7 @@ for every other outcome the caller releases the offset once it has dealt with th
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import time
 from collections import OrderedDict, deque
@@ -343,6 +344,19 @@ class _CommitFiles:
     events: dict[str, PendingFiles] = field(default_factory=dict)
 
 
+def event_fingerprint(event: FilesWritten) -> bytes:
+    """What makes a files-written event itself (commit id, attempt, branch, completeness
+    and files), as a short digest: a redelivery has the same, a reused event id not."""
+    h = hashlib.blake2b(digest_size=16)
+    for part in (event.commit_id, event.attempt_id, event.branch or "", str(event.complete)):
+        h.update(part.encode())
+        h.update(b"\0")
+    for path in sorted(event.file_paths):
+        h.update(path.encode())
+        h.update(b"\0")
+    return h.digest()
+
+
 def _properties_conflict(merged: Mapping[str, str], extra: Mapping[str, str]) -> bool:
     return any(k in merged and merged[k] != v for k, v in extra.items())
 
@@ -368,7 +382,7 @@ class TableBatcher:
         self._queued: dict[str, Unit] = {}
         self._in_flight: Batch | None = None
         self._committed: _BoundedMap[str, int] = _BoundedMap(remember)
-        self._taken_event_ids: _BoundedMap[str, str] = _BoundedMap(remember)
+        self._taken_event_ids: _BoundedMap[str, bytes] = _BoundedMap(remember)
 
     # -- offsets ---------------------------------------------------------------------------
 
@@ -421,6 +435,15 @@ class TableBatcher:
     def knows_event(self, event_id: str) -> bool:
         """Whether an event with this id is pending or was already taken into a unit."""
         return event_id in self._pending_ids or event_id in self._taken_event_ids
+
+    def same_event(self, event: FilesWritten) -> bool:
+        """Whether ``event`` is a redelivery of the known event with its id (same commit
+        id, attempt and files), not a different event reusing the id."""
+        pending = self._pending_ids.get(event.event_id)
+        if pending is not None:
+            return event_fingerprint(pending.event) == event_fingerprint(event)
+        known = self._taken_event_ids.get(event.event_id)
+        return known is None or known == event_fingerprint(event)
 
     def pending_events(self, commit_id: str | None = None) -> list[PendingFiles]:
         if commit_id is None:
@@ -549,13 +572,13 @@ class TableBatcher:
             group.events.pop(event.event_id, None)
             if not group.events:
                 del self._pending[event.commit_id]
-        self._taken_event_ids.put(event.event_id, event.commit_id)
+        self._taken_event_ids.put(event.event_id, event_fingerprint(event))
 
     def _enqueue(self, unit: Unit) -> None:
         self._ready.append(unit)
         self._queued[unit.commit_id] = unit
         for p in unit.selected:
-            self._taken_event_ids.put(p.event.event_id, unit.commit_id)
+            self._taken_event_ids.put(p.event.event_id, event_fingerprint(p.event))
 
     # -- batching --------------------------------------------------------------------------
 

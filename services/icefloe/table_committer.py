@@ -27,11 +27,19 @@ which events refuse in writers' snapshot properties):
 
 Offsets only mean something within one incarnation of a topic: after deleting and
 re-creating the events topic under the same name, its offsets restart at 0 and the recorded
-resume points would skip new events. Give a re-created topic a new name.
+resume points would skip new events. The coordinator therefore checks, when it loads a
+table, that the recorded position is not beyond the partition's end offset; if it is, the
+topic was re-created (or truncated), the resume point is not trusted, nothing is skipped by
+offset, and the dedup index (commit ids) alone keeps commits exactly once.
+
+Offsets decide only what is *skipped*; whether a commit id is applied is decided by the
+dedup index (:mod:`icefloe.commit_index`) over every snapshot the table lists, which is
+checked on every base an attempt builds on.
 
 Before every attempt, and again on the reloaded table after every conflict, the committer
-walks that history and drops units whose commit ids are already there, and refuses units
-whose files are already live in the branch. The catalog's conditional swap serializes
+drops units whose commit ids the table already holds (the dedup index, kept incrementally:
+O(new snapshots) per attempt), and refuses units whose files are already live in the
+branch. The catalog's conditional swap serializes
 committers (restarted, rebalanced or zombie), and the re-check on the base each attempt
 builds on removes what another committer already did. An unknown swap outcome is resolved by
 reloading and looking for this attempt's snapshot id and then for the commit ids, never by a
@@ -62,6 +70,9 @@ from typing import Any
 from icefloe.binding import bind
 from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
 from icefloe.commit import CommitStats, RetryPolicy
+from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
+from icefloe.commit_index import CommitIndex
+from icefloe.commit_index import summary_commit_ids as summary_commit_ids
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import (
     CommitFailedError,
@@ -89,7 +100,6 @@ from icefloe.values import from_bytes
 
 log = logging.getLogger(__name__)
 
-SUMMARY_COMMIT_IDS = "icefloe.commit-ids"
 SUMMARY_OFFSETS = "icefloe.offsets"
 SUMMARY_POSITIONS = "icefloe.positions"
 
@@ -220,17 +230,6 @@ def _json_map(summary: Mapping[str, str] | None, key: str) -> dict[str, int] | N
     return {str(k): v for k, v in obj.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
-def summary_commit_ids(snapshot: Snapshot) -> list[str]:
-    """The commit ids a snapshot recorded (empty for snapshots not made by icefloe)."""
-    if snapshot.summary is None or SUMMARY_COMMIT_IDS not in snapshot.summary:
-        return []
-    try:
-        obj = json.loads(snapshot.summary[SUMMARY_COMMIT_IDS])
-    except (TypeError, ValueError):
-        return []
-    return [c for c in obj if isinstance(c, str)] if isinstance(obj, list) else []
-
-
 def summary_offsets(snapshot: Snapshot) -> dict[str, int] | None:
     return _json_map(snapshot.summary, SUMMARY_OFFSETS)
 
@@ -290,7 +289,12 @@ class History:
     def committed(self, branch: str, source: str, min_offset: int) -> dict[str, int]:
         """Commit ids (to their snapshot ids) that may concern events at or after
         ``min_offset`` of ``source``: the walk stops at the first snapshot whose recorded
-        position for the source is at or below it (see the module docstring)."""
+        position for the source is at or below it (see the module docstring).
+
+        This proves only that *those events* were not committed, not that a commit id was
+        not (a retry's events sit above every recorded position), so it no longer decides
+        anything: whether a commit id is applied is the dedup index's question
+        (:class:`~icefloe.commit_index.CommitIndex`). It stays as the benchmark's peer."""
         found: dict[str, int] = {}
         for snapshot in self.ancestry(branch):
             positions = summary_positions(snapshot)
@@ -300,13 +304,18 @@ class History:
                 found.setdefault(commit_id, snapshot.snapshot_id)
         return found
 
-    def recent_commits(self, source: str, min_offset: int) -> dict[str, int]:
-        """:meth:`committed` over every branch."""
-        found: dict[str, int] = {}
+    def recorded_position(self, source: str) -> int | None:
+        """The highest partition position any branch recorded for ``source``: for the same
+        incarnation of the topic it can never be above the partition's end offset."""
+        best: int | None = None
         for branch in self.branch_heads():
-            for commit_id, snapshot_id in self.committed(branch, source, min_offset).items():
-                found.setdefault(commit_id, snapshot_id)
-        return found
+            for snapshot in self.ancestry(branch):
+                positions = summary_positions(snapshot)
+                if positions is not None and source in positions:
+                    value = positions[source]
+                    best = value if best is None else max(best, value)
+                    break
+        return best
 
     def resume_point(self, source: str) -> int | None:
         """The highest resume point any branch recorded for ``source``; every one is a true
@@ -556,6 +565,8 @@ class TableCommitter:
         self.table: Table | None = None
         self._history: History | None = None
         self._live: dict[str, _LiveFiles] = {}
+        self.index = CommitIndex()
+        self.restart_positions = False  # set when the source topic was found re-created
 
     @property
     def name(self) -> str:
@@ -584,8 +595,16 @@ class TableCommitter:
         """The recorded resume point of this committer's source partition, if any."""
         return self.history().resume_point(self.source)
 
-    def recent_commits(self, min_offset: int) -> dict[str, int]:
-        return self.history().recent_commits(self.source, min_offset)
+    def recorded_position(self) -> int | None:
+        """The highest position recorded for this committer's source partition, if any."""
+        return self.history().recorded_position(self.source)
+
+    def committed_snapshot(self, commit_id: str) -> int | None:
+        """The snapshot of the loaded table (any branch, any writer) that applied
+        ``commit_id``, or None: the dedup index (:mod:`icefloe.commit_index`)."""
+        if self.table is not None:
+            self.index.update(self.table.metadata)
+        return self.index.get(commit_id)
 
     async def live_paths(self, metadata: TableMetadata, branch: str) -> set[str]:
         """Paths of the data and delete files live in ``branch`` (kept up to date by
@@ -876,10 +895,13 @@ class TableCommitter:
         units or holds files they add."""
         self.table = table
         branch = units[0].branch
-        history = self.history(table.metadata)
-        min_offset = min(u.min_offset for u in units)
-        committed = history.committed(branch, self.source, min_offset)
-        already = {u.commit_id: committed[u.commit_id] for u in units if u.commit_id in committed}
+        index = self.index
+        index.update(table.metadata)
+        already: dict[str, int] = {}
+        for u in units:
+            snapshot_id = index.get(u.commit_id)
+            if snapshot_id is not None:
+                already[u.commit_id] = snapshot_id
         live = await self.live_paths(table.metadata, branch)
         rejected: list[tuple[Unit, EventRejectedError]] = []
         adding: dict[str, str] = {}
@@ -917,7 +939,11 @@ class TableCommitter:
         """The ``icefloe.*`` summary entries of a snapshot committing ``units``."""
         offsets, positions = self.history(metadata).latest_maps(units[0].branch)
         offsets = {**offsets, self.source: resume_offset}
-        positions = {**positions, self.source: max(positions.get(self.source, 0), position)}
+        if self.restart_positions:
+            # A new incarnation of the topic: the old running maximum means nothing now.
+            positions = {**positions, self.source: position}
+        else:
+            positions = {**positions, self.source: max(positions.get(self.source, 0), position)}
         return {
             SUMMARY_COMMIT_IDS: json.dumps([u.commit_id for u in units], separators=(",", ":")),
             SUMMARY_OFFSETS: json.dumps(offsets, separators=(",", ":"), sort_keys=True),

@@ -1,7 +1,11 @@
 """Table maintenance: expire snapshots, remove orphan files, rewrite manifests, purge.
 
 Expiry follows the spec's "Snapshot Retention Policy" exactly, per ref, with the table
-properties as defaults. Files are deleted only after the metadata change is committed, and
+properties as defaults, plus one rule of icefloe's: a snapshot that records commit ids
+(``icefloe.commit-ids``) is kept while it is younger than the table's dedup window
+(``icefloe.dedup.window-ms``, default 7 days; :mod:`icefloe.commit_index`), since those ids
+are what keeps a retried commit from being applied twice. Expiring such a snapshot by id
+inside the window is refused. Files are deleted only after the metadata change is committed, and
 only if no retained snapshot can still reach them, so a crash mid-way leaves orphans (which
 ``remove_orphan_files`` collects later) but never a dangling reference.
 """
@@ -14,6 +18,7 @@ from dataclasses import dataclass, field
 
 from icefloe.catalog import Table
 from icefloe.commit import RetryPolicy, commit_with_retry
+from icefloe.commit_index import DEDUP_WINDOW_MS, dedup_window_ms, snapshots_in_window
 from icefloe.errors import NotFoundError, ValidationError
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
@@ -96,6 +101,9 @@ def retained_snapshots(
                 break
             retained.add(ancestor.snapshot_id)
 
+    # icefloe's exactly-once window: commit ids younger than it must stay in the table.
+    retained |= snapshots_in_window(metadata, now_ms, dedup_window_ms(metadata.properties))
+
     on_a_ref: set[int] = set()
     for name, ref in metadata.refs.items():
         if name in removed_refs:
@@ -163,9 +171,18 @@ async def expire_snapshots(
         retained, removed_refs = retained_snapshots(
             metadata, now_ms=now, older_than_ms=older_than_ms, retain_last=retain_last
         )
+        window = dedup_window_ms(metadata.properties)
+        protected = snapshots_in_window(metadata, now, window)
         for sid in explicit:
             if metadata.snapshot_by_id(sid) is None:
                 raise NotFoundError(f"snapshot {sid} is not in table {current.identifier}")
+            if sid in protected:
+                raise ValidationError(
+                    f"snapshot {sid} of table {current.identifier} records icefloe commit ids "
+                    f"and is younger than the dedup window ({DEDUP_WINDOW_MS}={window} ms): "
+                    "expiring it would let a retry of those commits be applied twice; wait, "
+                    f"or lower {DEDUP_WINDOW_MS} on the table first"
+                )
             if any(r.snapshot_id == sid for n, r in metadata.refs.items() if n not in removed_refs):
                 raise ValidationError(
                     f"snapshot {sid} is referenced by a branch or tag: remove the ref first"

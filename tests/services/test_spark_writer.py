@@ -545,6 +545,26 @@ def test_a_replayed_commit_id_is_acknowledged_and_its_files_deleted(
     assert spark_stack.stored_files(name) == {f.file_path for f in spark_stack.live_files(name)}
 
 
+@pytest.mark.integration
+def test_an_unanswered_retry_finds_its_commit_id_in_the_table_and_keeps_live_files(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    """A writer that gets no answer (here: it listens to the wrong topic, so every
+    table-committed is lost to it) looks for its commit id in the table before retrying or
+    deleting anything: found, the write succeeded; only files not in the table are removed."""
+    schema = Schema(NestedField(1, "id", LongType(), required=True))
+    name = spark_stack.create_table(schema)
+    df = spark.range(0, 40, numPartitions=2)
+    first = ispark.write(df, name, commit_id="job-lost", config=spark_stack.config)
+    live_before = {f.file_path for f in spark_stack.live_files(name)}
+    deaf = spark_stack.config.model_copy(update={"results_topic": spark_stack.config.events_topic})
+    again = ispark.write(df, name, commit_id="job-lost", config=deaf, timeout_s=3.0)
+    assert again == first
+    assert {f.file_path for f in spark_stack.live_files(name)} == live_before
+    assert spark_stack.stored_files(name) == live_before
+    assert ispark.read(spark, name, config=spark_stack.config).count() == 40
+
+
 # -- modes, schemas and events ------------------------------------------------------------------------
 
 

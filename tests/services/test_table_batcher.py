@@ -384,3 +384,16 @@ def _check_batch(batch: Any, max_files: int) -> None:
         assert batch.is_append
         # Only the last unit may cross the file limit.
         assert sum(u.file_count for u in batch.units[:-1]) < max_files
+
+
+def test_a_redelivery_is_the_same_event_and_a_reused_event_id_is_not() -> None:
+    feed = Feed()
+    event, admitted = feed.files("c1")
+    assert admitted.admission is Admission.PENDING
+    assert feed.batcher.knows_event(event.event_id) and feed.batcher.same_event(event)
+    other = feed.files("c1", attempt="a9")[0]
+    impostor = other.model_copy(update={"event_id": event.event_id})
+    assert not feed.batcher.same_event(impostor)
+    # Still told apart once the event was taken into a unit.
+    assert feed.request("c1").admission is Admission.READY
+    assert feed.batcher.same_event(event) and not feed.batcher.same_event(impostor)
