@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from java_iceberg import JavaIceberg
 from servers import LocalStack, MotoS3
 
 
@@ -41,3 +42,13 @@ def kafka_broker() -> Iterator[str]:
     """Bootstrap servers (``127.0.0.1:PORT``) of an in-memory tansu Kafka broker."""
     with LocalStack(kafka=True) as stack:
         yield stack.kafka_bootstrap
+
+
+@pytest.fixture(scope="session")
+def java_iceberg() -> Iterator[JavaIceberg]:
+    """Apache Iceberg Java 1.10.2 on Spark 3.5 (its own venv), started once per session."""
+    java = JavaIceberg()
+    try:
+        yield java
+    finally:
+        java.close()
