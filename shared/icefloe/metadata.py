@@ -39,7 +39,7 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
-from icefloe.schema import Schema
+from icefloe.schema import MAX_FIELD_ID, Schema
 from icefloe.snapshot import (
     INITIAL_SEQUENCE_NUMBER,
     MAIN_BRANCH,
@@ -323,6 +323,14 @@ class TableMetadata(IcebergModel):
             )
 
     def _validate_schemas(self) -> None:
+        for schema in self.schemas:
+            for f in schema.all_fields():
+                if f.field_id > MAX_FIELD_ID:
+                    raise ValidationError(
+                        f"schema {schema.schema_id}: field "
+                        f"{schema.find_column_name(f.field_id)!r} has id {f.field_id}, in the "
+                        f"range reserved for metadata columns (above {MAX_FIELD_ID})"
+                    )
         highest = max((s.highest_field_id for s in self.schemas), default=0)
         if self.last_column_id < highest:
             raise ValidationError(
