@@ -47,6 +47,9 @@ BLOB_TYPE = "deletion-vector-v1"
 MAGIC = b"\xd1\xd3\x39\x64"
 # Reserved field id of the ``_pos`` metadata column: the field a DV blob is "about".
 POS_FIELD_ID = 2147483645
+# Reserved field ids of the ``file_path`` and ``pos`` columns of position delete files.
+DELETE_FILE_PATH_ID = 2147483546
+DELETE_POS_ID = 2147483545
 REFERENCED_DATA_FILE = "referenced-data-file"
 CARDINALITY = "cardinality"
 # As in Java's RoaringPositionBitmap: keys are non-negative ints below Integer.MAX_VALUE.
@@ -401,6 +404,34 @@ async def write_deletion_vectors(
     return built.entries
 
 
+def positions_in_delete_file(data: bytes, location: str, data_path: str) -> DeletionVector:
+    """The positions a Parquet position delete file deletes in ``data_path``.
+
+    Columns are found by their reserved field ids (``file_path`` 2147483546, ``pos``
+    2147483545). Used to fold v2 position deletes into the DV that replaces them.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from icefloe.arrow_schema import field_id_of
+
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(data))
+        names = {field_id_of(f): f.name for f in parquet.schema_arrow}
+        if DELETE_FILE_PATH_ID not in names or DELETE_POS_ID not in names:
+            raise InvalidFileError(
+                location,
+                f"not a position delete file: columns with field ids {DELETE_FILE_PATH_ID} "
+                f"(file_path) and {DELETE_POS_ID} (pos) are required",
+            )
+        table = parquet.read(columns=[names[DELETE_FILE_PATH_ID], names[DELETE_POS_ID]])
+    except (pa.ArrowException, OSError) as e:
+        raise InvalidFileError(location, f"unreadable position delete file: {e}") from e
+    mine = table.filter(pc.equal(table.column(0), data_path))
+    return DeletionVector.from_array(mine.column(1).to_numpy())
+
+
 def vectors_in_puffin(data: bytes, location: str) -> dict[str, DeletionVector]:
     """Every DV blob of a Puffin file by referenced data file (tools, tests, checks)."""
     out: dict[str, DeletionVector] = {}
@@ -436,6 +467,7 @@ __all__ = [
     "deletion_vector_from_blob",
     "dv_from_puffin",
     "is_deletion_vector",
+    "positions_in_delete_file",
     "read_deletion_vector",
     "vectors_in_puffin",
     "write_deletion_vectors",

@@ -14,15 +14,22 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from icefloe.catalog import Table
 from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.datafile import DataFile, DataFileContent
 from icefloe.delete_index import is_deletion_vector
 from icefloe.deletion_vector import read_deletion_vector
 from icefloe.fileio import LocalFileIO
 from icefloe.manifest_cache import ManifestCache
+from icefloe.parquet import write_data_file
+from icefloe.partition import PartitionSpecBuilder
 from icefloe.scan import plan_scan
+from icefloe.schema import Schema
+from icefloe.snapshot_producer import data_file_location, fast_append, row_delta
+from icefloe.types import LongType, NestedField, StringType
 from java_iceberg import JavaIceberg
 
 pytestmark = [pytest.mark.interop, pytest.mark.integration]
@@ -231,3 +238,142 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
     assert [None if r["d"] is None else r["d"].isoformat() for r in got] == [
         r["d"] for r in expected
     ]
+
+
+# -- icefloe writes, Java reads ---------------------------------------------------------------
+
+ICE_SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "s", StringType()),
+    NestedField(3, "c", StringType()),
+)
+
+
+def _position_delete_file(table: Table, name: str, deletes: dict[str, list[int]]) -> DataFile:
+    """A v2 Parquet position delete file (file_path, pos by their reserved field ids)."""
+    paths = [p for p, ps in sorted(deletes.items()) for _ in ps]
+    positions = [x for _, ps in sorted(deletes.items()) for x in sorted(ps)]
+    arrow_schema = pa.schema(
+        [
+            pa.field("file_path", pa.string(), False, {b"PARQUET:field_id": b"2147483546"}),
+            pa.field("pos", pa.int64(), False, {b"PARQUET:field_id": b"2147483545"}),
+        ]
+    )
+    location = f"{table.metadata.location}/data/{name}-deletes.parquet"
+    pq.write_table(pa.table([paths, positions], schema=arrow_schema), location)
+    return DataFile(
+        file_path=location,
+        file_format="parquet",
+        partition=(),
+        record_count=len(positions),
+        file_size_in_bytes=Path(location).stat().st_size,
+        content=DataFileContent.POSITION_DELETES,
+        spec_id=0,
+    )
+
+
+async def _icefloe_table(warehouse: Path, version: int) -> tuple[Table, dict[str, DataFile]]:
+    catalog = FileSystemCatalog("ice", str(warehouse), LocalFileIO())
+    if ("db",) not in await catalog.list_namespaces():
+        await catalog.create_namespace("db")
+    spec = PartitionSpecBuilder(ICE_SCHEMA).add_field("c", "identity").build()
+    table = await catalog.create_table(
+        f"db.ice_v{version}", ICE_SCHEMA, spec, format_version=version
+    )
+    files = {}
+    for c, ids in (("a", range(0, 10)), ("b", range(10, 16))):
+        path = data_file_location(table, f"c={c}", f"{c}.parquet")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        rows = pa.table(
+            {
+                "id": pa.array(list(ids), pa.int64()),
+                "s": [f"s{i}" for i in ids],
+                "c": [c] * len(ids),
+            }
+        )
+        files[c] = write_data_file(
+            rows,
+            path,
+            schema=table.metadata.schema(),
+            spec=table.metadata.spec(),
+            partition=(c,),
+            file_path=path,
+        )
+    table = await fast_append(table, list(files.values())).commit()
+    return table, files
+
+
+async def _icefloe_delete(
+    table: Table, files: dict[str, DataFile], deletes: dict[str, list[int]], name: str
+) -> Table:
+    if table.metadata.format_version >= 3:
+        pairs = [(files[c], ps) for c, ps in deletes.items()]
+        return await row_delta(table, [], [], deleted_positions=pairs).commit()
+    unpartitioned_deletes = []
+    for c, ps in deletes.items():  # v2: one position delete file per partition
+        f = _position_delete_file(table, f"{name}-{c}", {files[c].file_path: ps})
+        unpartitioned_deletes.append(f.copy(partition=(c,)))
+    return await row_delta(table, [], unpartitioned_deletes).commit()
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_java_reads_icefloe_deletes_and_mixed_history(
+    java_iceberg: JavaIceberg,
+    tmp_path: Path,
+    version: int,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    wh = tmp_path
+    name = f"db.ice_v{version}"
+    t = "{cat}." + name
+    table, files = asyncio.run(_icefloe_table(wh, version))
+    table = asyncio.run(_icefloe_delete(table, files, {"a": [1, 2], "b": [0]}, "d1"))
+    table = asyncio.run(_icefloe_delete(table, files, {"a": [5]}, "d2"))
+    deleted = {1, 2, 10, 5}
+    expected = [i for i in range(16) if i not in deleted]
+    java_rows = java_iceberg.sql(wh, f"SELECT id, s, c FROM {t} ORDER BY id")
+    assert [r["id"] for r in java_rows] == expected
+    assert java_rows[0] == {"id": 0, "s": "s0", "c": "a"}
+    assert icefloe_rows(wh, name, capsys) == java_rows
+    deletes = java_iceberg.sql(
+        wh, f"SELECT file_format, record_count, partition.c AS c FROM {t}.delete_files ORDER BY c"
+    )
+    if version == 3:  # one DV per data file, the second delete merged into the first
+        assert deletes == [
+            {"file_format": "PUFFIN", "record_count": 3, "c": "a"},
+            {"file_format": "PUFFIN", "record_count": 1, "c": "b"},
+        ]
+        lineage = java_iceberg.sql(
+            wh, f"SELECT id, _row_id, _last_updated_sequence_number FROM {t} ORDER BY id"
+        )
+        ours = icefloe_rows(wh, name, capsys, "--row-lineage")
+        assert [
+            {k: r[k] for k in ("id", "_row_id", "_last_updated_sequence_number")} for r in ours
+        ] == lineage
+        assert [r["_row_id"] for r in lineage] == expected  # first-row-id 0, files in order
+    else:
+        assert {d["file_format"] for d in deletes} == {"PARQUET"}
+
+    # Mixed history: Java deletes and updates on icefloe's deletes, icefloe deletes on Java's.
+    java_iceberg.sql(
+        wh,
+        f"ALTER TABLE {t} SET TBLPROPERTIES ({MOR})",
+    )
+    java_iceberg.sql(wh, f"DELETE FROM {t} WHERE id IN (3, 11)")
+    java_iceberg.sql(wh, f"UPDATE {t} SET s = 'java' WHERE id = 4")
+    assert icefloe_rows(wh, name, capsys) == java_iceberg.sql(
+        wh, f"SELECT id, s, c FROM {t} ORDER BY id"
+    )
+    table = load(wh, name)
+    live_a = next(
+        task.data_file
+        for task in plan_tasks(table)
+        if task.data_file.file_path == files["a"].file_path
+    )
+    table = asyncio.run(_icefloe_delete(table, {"a": live_a}, {"a": [9]}, "d3"))
+    java_after = java_iceberg.sql(wh, f"SELECT id, s, c FROM {t} ORDER BY id")
+    assert icefloe_rows(wh, name, capsys) == java_after
+    assert 9 not in {r["id"] for r in java_after} and 3 not in {r["id"] for r in java_after}
+    if version == 3:
+        per_file = [task.delete_files for task in plan_tasks(load(wh, name))]
+        assert all(len(ds) <= 1 for ds in per_file)
