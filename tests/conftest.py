@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
+from java_iceberg import JavaIceberg
 from servers import LocalStack, S3Endpoint
 
 # Hypothesis profiles. "dev" (the default) explores freshly on every run, so developers keep
@@ -59,3 +60,13 @@ def kafka_broker() -> Iterator[str]:
     """Bootstrap servers (``127.0.0.1:PORT``) of an in-memory tansu Kafka broker."""
     with LocalStack(kafka=True) as stack:
         yield stack.kafka_bootstrap
+
+
+@pytest.fixture(scope="session")
+def java_iceberg() -> Iterator[JavaIceberg]:
+    """Apache Iceberg Java 1.10.2 on Spark 3.5 (its own venv), started once per session."""
+    java = JavaIceberg()
+    try:
+        yield java
+    finally:
+        java.close()

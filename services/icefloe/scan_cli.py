@@ -3,8 +3,8 @@
 Without ``--rows`` each line is one file scan task as the REST API returns it (the data
 file, its delete files and the residual filter). With ``--rows`` the data files are read,
 position and equality deletes applied, and each matching row is printed as JSON: a way to
-check what a filter selects without an engine. Deletion vectors (v3 Puffin blobs) are not
-read by this command.
+check what a filter selects without an engine. Deletion vectors (v3 Puffin blobs) are read
+with one ranged read each.
 """
 
 from __future__ import annotations
@@ -24,11 +24,13 @@ from icefloe.arrow_schema import from_arrow_array
 from icefloe.catalog import Catalog
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.delete_index import is_deletion_vector
+from icefloe.deletion_vector import read_deletion_vector
 from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
 from icefloe.evaluators import compile_row_filter
 from icefloe.expression_json import expression_to_json, parse_expression
 from icefloe.manifest_cache import ManifestCache
 from icefloe.parquet import read_data_file
+from icefloe.row_lineage import LINEAGE_NAMES, with_lineage_fields, with_row_lineage
 from icefloe.scan import FileScanTask, ScanPlan, plan_scan
 from icefloe.schema import Schema
 from icefloe.types import NestedType, PrimitiveType, StructType
@@ -53,6 +55,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--case-insensitive", action="store_true")
     parser.add_argument("--use-snapshot-schema", action="store_true")
     parser.add_argument("--rows", action="store_true", help="print rows instead of tasks")
+    parser.add_argument(
+        "--row-lineage",
+        action="store_true",
+        help="with --rows on v3 tables: add _row_id and _last_updated_sequence_number",
+    )
     parser.add_argument("--limit", type=int, help="stop after this many tasks or rows")
 
 
@@ -108,10 +115,18 @@ async def scan(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         use_snapshot_schema=args.use_snapshot_schema,
         stats_fields=_names(args.stats),
     )
+    lineage = bool(getattr(args, "row_lineage", False))
+    if lineage and not args.rows:
+        raise ValidationError("--row-lineage needs --rows")
+    if lineage and table.metadata.format_version < 3:
+        raise ValidationError(
+            f"--row-lineage: table {args.table} is format v{table.metadata.format_version}; "
+            "row lineage exists from v3"
+        )
     if args.rows:
         printed = 0
         for task in plan.tasks():
-            for row in await task_rows(table.io, plan, task):
+            for row in await task_rows(table.io, plan, task, row_lineage=lineage):
                 if args.limit is not None and printed >= args.limit:
                     return 0
                 out.write(json.dumps(row, default=str) + "\n")
@@ -172,19 +187,33 @@ async def _read(io_: Any, path: str) -> bytes:
     return data
 
 
-async def task_rows(io_: Any, plan: ScanPlan, task: FileScanTask) -> list[dict[str, Any]]:
-    """The rows of one task that survive its deletes and residual, as projected JSON rows."""
+async def task_rows(
+    io_: Any, plan: ScanPlan, task: FileScanTask, *, row_lineage: bool = False
+) -> list[dict[str, Any]]:
+    """The rows of one task that survive its deletes and residual, as projected JSON rows.
+
+    With ``row_lineage`` each row also carries ``_row_id`` and
+    ``_last_updated_sequence_number``, inherited from the file where null (v3).
+    """
     schema = plan.schema
+    read_schema = with_lineage_fields(schema) if row_lineage else schema
     data = read_data_file(
-        await _read(io_, task.data_file.file_path), schema, location=task.data_file.file_path
+        await _read(io_, task.data_file.file_path), read_schema, location=task.data_file.file_path
     )
+    if row_lineage:
+        data = with_row_lineage(
+            data,
+            first_row_id=task.data_file.first_row_id,
+            data_sequence_number=task.data_sequence_number,
+        )
     keep = [True] * data.num_rows
     tuples = rows_as_tuples(data, schema)
     for delete in task.delete_files:
         if is_deletion_vector(delete):
-            raise IcefloeError(
-                f"{delete.file_path}: deletion vectors are not read by `icefloe scan --rows`"
-            )
+            deleted = (await read_deletion_vector(io_, delete)).deleted_mask(len(keep))
+            for pos in deleted.nonzero()[0].tolist():
+                keep[pos] = False
+            continue
         raw = await _read(io_, delete.file_path)
         if delete.content == DataFileContent.POSITION_DELETES:
             for pos in _positions(raw, delete, task.data_file):
@@ -195,6 +224,9 @@ async def task_rows(io_: Any, plan: ScanPlan, task: FileScanTask) -> list[dict[s
     test = compile_row_filter(task.residual)
     wanted = {f.name for f in plan.projected_schema.fields}
     names = [f.name for f in schema.fields]
+    if row_lineage:
+        wanted.update(LINEAGE_NAMES)
+        names.extend(LINEAGE_NAMES)
     out = []
     rows = data.to_pylist()
     for i, row in enumerate(rows):

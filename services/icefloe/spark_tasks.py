@@ -65,6 +65,8 @@ from icefloe.arrow_schema import arrow_to_schema, field_id_of, list_layout, to_a
 from icefloe.binding import bind
 from icefloe.content_file import content_file_from_json, content_file_to_json
 from icefloe.datafile import DataFile, DataFileContent, FileFormat
+from icefloe.delete_index import is_deletion_vector
+from icefloe.deletion_vector import DeletionVector, deletion_vector_from_blob
 from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
 from icefloe.expression_json import parse_expression
 from icefloe.expressions import (
@@ -222,6 +224,15 @@ class TaskIO:
                 os.remove(parse_location(location)[2])
             return
         self._call(lambda io_: io_.delete(location))
+
+    def read_range(self, location: str, start: int, length: int) -> bytes:
+        """``length`` bytes at ``start`` (deletion vectors are read this way, not whole)."""
+        if is_local(location):
+            with open(parse_location(location)[2], "rb") as f:
+                f.seek(start)
+                return f.read(length)
+        result: bytes = self._call(lambda io_: io_.read_range(location, start, length))
+        return result
 
     def source(self, location: str) -> str | bytes:
         """What :func:`~icefloe.parquet.read_data_file` should read for ``location``."""
@@ -910,14 +921,26 @@ class ScanTaskReader:
         self.cache.equality[delete_file.file_path] = (eq_schema, rows)
         return eq_schema
 
+    def _deletion_vector(self, delete_file: DataFile) -> DeletionVector:
+        """The DV blob the entry points at: one ranged read, length, magic and CRC checked."""
+        if delete_file.content_offset is None or delete_file.content_size_in_bytes is None:
+            raise InvalidFileError(
+                delete_file.file_path,
+                "deletion vector entry has no content-offset/content-size-in-bytes",
+            )
+        blob = self.io.read_range(
+            delete_file.file_path, delete_file.content_offset, delete_file.content_size_in_bytes
+        )
+        return deletion_vector_from_blob(blob, delete_file)
+
     def _deleted_positions(self, data_path: str, delete_files: Sequence[DataFile]) -> pa.Array:
         found: list[pa.Array] = []
         for delete_file in delete_files:
-            if delete_file.file_format == FileFormat.PUFFIN:
-                raise InvalidFileError(
-                    delete_file.file_path,
-                    "deletion vectors (Puffin) are not supported by the icefloe Spark reader",
-                )
+            if is_deletion_vector(delete_file):
+                if delete_file.referenced_data_file != data_path:
+                    continue
+                found.append(pa.array(self._deletion_vector(delete_file).to_numpy()))
+                continue
             if (
                 delete_file.referenced_data_file is not None
                 and delete_file.referenced_data_file != data_path

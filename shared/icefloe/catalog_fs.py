@@ -6,6 +6,10 @@ Layout under the warehouse (as Hadoop tables lay it out)::
     <warehouse>/<ns1>/<ns2>/<table>/metadata/v<V>.metadata.json
     <warehouse>/<ns1>/<ns2>/<table>/metadata/version-hint.text
 
+Java's HadoopCatalog writes no marker: a namespace is any directory that is not a table
+(a table has ``metadata/*.metadata.json``). Both are namespaces here, so tables Java made
+are listed; icefloe itself still writes the marker, which Java ignores.
+
 Committing version V+1 is one create-if-absent of ``v<V+1>.metadata.json``: a hard link of
 a fully written temporary file locally, ``PutObject`` with ``If-None-Match: *`` on S3. Both
 refuse to overwrite, so exactly one of several racing committers wins. ``version-hint.text``
@@ -14,7 +18,9 @@ is only a hint for readers: the current version is found by probing upward from 
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 from collections.abc import Mapping
 
@@ -33,7 +39,7 @@ from icefloe.errors import (
     NotFoundError,
     ValidationError,
 )
-from icefloe.fileio import FileIO
+from icefloe.fileio import FileIO, LocalFileIO, parse_location
 from icefloe.metadata import TableMetadata
 
 NAMESPACE_MARKER = ".namespace.json"
@@ -87,6 +93,8 @@ class FileSystemCatalog(Catalog):
 
     async def list_namespaces(self, parent: str | Namespace = ()) -> list[Namespace]:
         base = parse_namespace(parent) if parent else ()
+        if base:
+            await self.load_namespace_properties(base)  # a missing parent is an error
         prefix = self._ns_path(base) if base else self.warehouse
         found: set[Namespace] = set()
         async for info in self.io.list(prefix):
@@ -96,13 +104,59 @@ class FileSystemCatalog(Catalog):
             ns = tuple(rel.split("/"))
             if ns[: len(base)] == base and len(ns) == len(base) + 1:
                 found.add(ns)
+        # HadoopCatalog namespaces: child directories that are not tables.
+        for name in await self._child_dirs(prefix):
+            ns = (*base, name)
+            if ns not in found and not await self._is_table_dir(self._ns_path(ns)):
+                found.add(ns)
         return sorted(found)
+
+    async def _child_dirs(self, prefix: str) -> set[str]:
+        """Names of the directories directly under ``prefix`` (object stores: prefixes)."""
+        if isinstance(self.io, LocalFileIO):
+            path = parse_location(prefix)[2]
+
+            def scan() -> set[str]:
+                try:
+                    with os.scandir(path) as entries:
+                        return {
+                            e.name for e in entries if e.is_dir() and not e.name.startswith(".")
+                        }
+                except (FileNotFoundError, NotADirectoryError):
+                    return set()
+
+            return await asyncio.to_thread(scan)
+        names: set[str] = set()
+        async for info in self.io.list(prefix):
+            rel = info.path[len(prefix.rstrip("/")) + 1 :]
+            if "/" in rel and not rel.startswith("."):
+                names.add(rel.split("/", 1)[0])
+        return names
+
+    async def _is_table_dir(self, path: str) -> bool:
+        """As Java's HadoopCatalog decides: the folder has ``metadata/*.metadata.json``."""
+        async for info in self.io.list(f"{path}/metadata"):
+            if info.path.endswith(".metadata.json"):
+                return True
+        return False
+
+    async def _is_plain_namespace_dir(self, ns: Namespace) -> bool:
+        """A HadoopCatalog namespace: an existing directory (no marker) that is no table."""
+        if not ns:
+            return False
+        path = self._ns_path(ns)
+        parent = self._ns_path(ns[:-1]) if len(ns) > 1 else self.warehouse
+        if ns[-1] not in await self._child_dirs(parent):
+            return False
+        return not await self._is_table_dir(path)
 
     async def load_namespace_properties(self, namespace: str | Namespace) -> dict[str, str]:
         ns = parse_namespace(namespace)
         try:
             raw = await self.io.read(f"{self._ns_path(ns)}/{NAMESPACE_MARKER}")
         except NotFoundError:
+            if await self._is_plain_namespace_dir(ns):
+                return {}  # made by Java's HadoopCatalog: a directory with no properties
             raise NotFoundError(f"namespace {'.'.join(ns)!r} does not exist") from None
         props = json.loads(raw)
         if not isinstance(props, dict):
@@ -130,7 +184,13 @@ class FileSystemCatalog(Catalog):
             raise ValidationError(f"namespace {'.'.join(ns)!r} is not empty")
         if await self.list_namespaces(ns):
             raise ValidationError(f"namespace {'.'.join(ns)!r} has child namespaces")
-        await self.io.delete(f"{self._ns_path(ns)}/{NAMESPACE_MARKER}")
+        marker = f"{self._ns_path(ns)}/{NAMESPACE_MARKER}"
+        if await self.io.exists(marker):
+            await self.io.delete(marker)
+        if isinstance(self.io, LocalFileIO):
+            # HadoopCatalog sees any directory as a namespace: remove the empty folder too.
+            path = parse_location(self._ns_path(ns))[2]
+            await asyncio.to_thread(_remove_empty_dir, path)
 
     # -- tables -------------------------------------------------------------------------
 
@@ -300,3 +360,19 @@ class FileSystemCatalog(Catalog):
         root = self._table_path(ident) if purge else self._metadata_path(ident)
         async for info in self.io.list(root):
             await self.io.delete(info.path)
+        if isinstance(self.io, LocalFileIO):
+            # Left as empty folders they would read as namespaces (HadoopCatalog's rule).
+            table_dir = parse_location(self._table_path(ident))[2]
+
+            def prune() -> None:
+                for dirpath, _, _ in sorted(os.walk(table_dir), key=lambda w: -len(w[0])):
+                    _remove_empty_dir(dirpath)
+
+            await asyncio.to_thread(prune)
+
+
+def _remove_empty_dir(path: str) -> None:
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass  # not empty (data left behind) or already gone: the namespace is gone either way

@@ -144,6 +144,15 @@ class DeleteFileIndex:
                 raise ValidationError(
                     f"deletion vector in {f.file_path} has no referenced_data_file"
                 )
+            if f.referenced_data_file in self._dvs:
+                # The spec allows at most one DV per data file in a snapshot; two mean a
+                # writer did not merge, and applying either alone could resurrect rows.
+                (other,) = self._dvs[f.referenced_data_file].at_least(0)
+                raise ValidationError(
+                    f"two deletion vectors for data file {f.referenced_data_file}: "
+                    f"{other.file_path}@{other.content_offset} and "
+                    f"{f.file_path}@{f.content_offset} (a snapshot may hold at most one)"
+                )
             self._dvs.setdefault(f.referenced_data_file, _Bucket()).add(seq, f)
         elif f.referenced_data_file:
             self._pos_by_path.setdefault(f.referenced_data_file, _Bucket()).add(seq, f)

@@ -39,7 +39,7 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
-from icefloe.schema import Schema
+from icefloe.schema import MAX_FIELD_ID, Schema
 from icefloe.snapshot import (
     INITIAL_SEQUENCE_NUMBER,
     MAIN_BRANCH,
@@ -132,6 +132,7 @@ def _normalize_json(raw: dict[str, Any]) -> dict[str, Any]:
         for key in _REQUIRED_V3:
             _require(data, key, version)
 
+    _check_schema_objects(data, version)
     if not _present(data, "schemas"):
         _require(data, "schema", version)
         schema = data["schema"]
@@ -198,6 +199,28 @@ def _normalize_json(raw: dict[str, Any]) -> dict[str, Any]:
     data.pop("schema", None)
     data.pop("partition-spec", None)
     return data
+
+
+def _check_schema_objects(data: dict[str, Any], version: int) -> None:
+    """Schemas must say ``"type": "struct"``: Java's SchemaParser refuses one that does not,
+    so accepting it would let icefloe publish metadata the reference cannot load."""
+    candidates: list[tuple[str, Any]] = []
+    if isinstance(data.get("schema"), dict):
+        candidates.append(("schema", data["schema"]))
+    if isinstance(data.get("schemas"), list):
+        candidates.extend((f"schemas[{i}]", s) for i, s in enumerate(data["schemas"]))
+    for where, obj in candidates:
+        if not isinstance(obj, dict):
+            continue
+        if "type" not in obj:
+            raise ValidationError(
+                f"format v{version} table metadata: {where} is missing required field 'type' "
+                '(a schema must be {"type": "struct", "fields": [...]})'
+            )
+        if "fields" not in obj:
+            raise ValidationError(
+                f"format v{version} table metadata: {where} is missing required field 'fields'"
+            )
 
 
 def _parse_items(value: Any, name: str, parse: Any, kind: type) -> Any:
@@ -323,6 +346,14 @@ class TableMetadata(IcebergModel):
             )
 
     def _validate_schemas(self) -> None:
+        for schema in self.schemas:
+            for f in schema.all_fields():
+                if f.field_id > MAX_FIELD_ID:
+                    raise ValidationError(
+                        f"schema {schema.schema_id}: field "
+                        f"{schema.find_column_name(f.field_id)!r} has id {f.field_id}, in the "
+                        f"range reserved for metadata columns (above {MAX_FIELD_ID})"
+                    )
         highest = max((s.highest_field_id for s in self.schemas), default=0)
         if self.last_column_id < highest:
             raise ValidationError(

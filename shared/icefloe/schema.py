@@ -26,6 +26,27 @@ from icefloe.types import (
 
 # Field ids above this are reserved for metadata columns (spec: "Reserved Field IDs").
 MAX_FIELD_ID = 2147483447
+# The metadata columns of the spec's table: they may appear in data files (v3 writes the
+# row-lineage columns ``_row_id`` and ``_last_updated_sequence_number`` into them), in
+# position delete files and in read schemas, but never in a table's own schemas (the table
+# metadata refuses them there).
+METADATA_COLUMN_IDS = frozenset(
+    {
+        2147483646,  # _file
+        2147483645,  # _pos
+        2147483644,  # _deleted
+        2147483643,  # _spec_id
+        2147483642,  # _partition
+        2147483546,  # file_path (position deletes)
+        2147483545,  # pos (position deletes)
+        2147483544,  # row (position deletes)
+        2147483543,  # _change_type
+        2147483542,  # _change_ordinal
+        2147483541,  # _commit_snapshot_id
+        2147483540,  # _row_id
+        2147483539,  # _last_updated_sequence_number
+    }
+)
 DEFAULT_SCHEMA_ID = 0
 
 T = TypeVar("T")
@@ -97,7 +118,7 @@ class Schema:
                     f"field id {f.field_id} is used twice in schema {self.schema_id}: "
                     f"{seen[f.field_id]!r} and {path!r}"
                 )
-            if f.field_id > MAX_FIELD_ID:
+            if f.field_id > MAX_FIELD_ID and f.field_id not in METADATA_COLUMN_IDS:
                 raise ValidationError(
                     f"field {path!r} has id {f.field_id}, above the reserved limit {MAX_FIELD_ID}"
                 )

@@ -10,7 +10,9 @@ append             adds data files                              none: appends al
 overwrite          adds data files, removes files by path or    removed paths still live
                    by a row filter
 delete             removes files by path or by a row filter     removed paths still live
-row delta          adds data and delete files (v2+)             none
+row delta          adds data and delete files (v2+); on v3,       deleted rows' data files
+                   deletion vectors, merged with the DV (or          still live
+                   position deletes) each data file has
 rewrite            replaces files with files of the same rows   every replaced file still live
 =================  ===========================================  =============================
 
@@ -33,6 +35,13 @@ from typing import Any
 from icefloe.catalog import Table, data_dir, metadata_dir
 from icefloe.commit import CommitStats, RetryPolicy, commit_with_retry
 from icefloe.datafile import DataFile, DataFileContent
+from icefloe.delete_index import is_deletion_vector
+from icefloe.deletion_vector import (
+    DeletionVector,
+    build_deletion_vector_file,
+    positions_in_delete_file,
+    read_deletion_vector,
+)
 from icefloe.errors import CommitFailedError, ValidationConflictError, ValidationError
 from icefloe.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriter
 from icefloe.manifest_list import ManifestContent, ManifestFile, write_manifest_list
@@ -93,6 +102,12 @@ class SnapshotProducer:
         self.reader = reader or ManifestReader(table.io)
         self.stats = CommitStats()
         self._added: list[DataFile] = []
+        # v3 deletes: new positions per data file path, and DVs written by the caller. Both
+        # are merged at build time with whatever deletes the base holds for that file.
+        self._dv_positions: dict[str, tuple[DataFile, DeletionVector]] = {}
+        self._added_dvs: list[DataFile] = []
+        self._old_deletes: dict[tuple[str, int | None, str], DeletionVector] = {}
+        self._doomed_keys: set[tuple[str, int | None]] = set()
         self._deleted_paths: set[str] = set()
         self._delete_filter: FileFilter | None = None
         self._new_manifests: list[ManifestFile] | None = None
@@ -110,14 +125,55 @@ class SnapshotProducer:
     # -- configuration -------------------------------------------------------------------
 
     def add_file(self, data_file: DataFile) -> SnapshotProducer:
-        if data_file.content != DataFileContent.DATA and self.table.metadata.format_version < 2:
+        version = self.table.metadata.format_version
+        if data_file.content != DataFileContent.DATA and version < 2:
             raise ValidationError(
                 f"{data_file.file_path}: delete files need format v2 or later, "
-                f"table {self.table.identifier} is v{self.table.metadata.format_version}"
+                f"table {self.table.identifier} is v{version}"
             )
         data_file.validate()
+        if data_file.content == DataFileContent.POSITION_DELETES:
+            _check_position_delete_kind(data_file, version, str(self.table.identifier))
+            if is_deletion_vector(data_file):
+                self._added_dvs.append(data_file)
+                return self
         self._added.append(data_file)
         self._new_manifests = None
+        return self
+
+    def delete_positions(
+        self, data_file: DataFile, positions: Iterable[int] | DeletionVector
+    ) -> SnapshotProducer:
+        """Delete rows of ``data_file`` by position, as a deletion vector (v3 tables).
+
+        At commit the positions are merged with the DV (or file-scoped position delete
+        files) the file already has, and the merged DV replaces them, so the snapshot holds
+        at most one DV per data file (spec: "Deletion Vectors"). The data file must still
+        be live in the snapshot committed on, or the commit is refused.
+        """
+        version = self.table.metadata.format_version
+        if version < 3:
+            raise ValidationError(
+                f"deletion vectors need format v3; table {self.table.identifier} is "
+                f"v{version}: write a position delete file instead"
+            )
+        if data_file.content != DataFileContent.DATA:
+            raise ValidationError(f"{data_file.file_path}: deleted positions need a data file")
+        dv = (
+            positions
+            if isinstance(positions, DeletionVector)
+            else DeletionVector.from_positions(positions)
+        )
+        for p in (dv.to_numpy()[-1:]).tolist():
+            if p >= data_file.record_count:
+                raise ValidationError(
+                    f"{data_file.file_path}: position {p} is past its {data_file.record_count} rows"
+                )
+        previous = self._dv_positions.get(data_file.file_path)
+        self._dv_positions[data_file.file_path] = (
+            data_file,
+            dv if previous is None else previous[1].union(dv),
+        )
         return self
 
     def add_files(self, files: Iterable[DataFile]) -> SnapshotProducer:
@@ -161,35 +217,59 @@ class SnapshotProducer:
         )
         specs = base.specs()
         new_manifests = await self._write_new_manifests(base)
+        parent_manifests = await self.reader.manifests(parent) if parent is not None else []
+        dv_entries, self._doomed_keys = await self._deletion_vectors(base, parent_manifests)
 
-        kept: list[ManifestFile] = []
         deltas: dict[str, int] = defaultdict(int)
         changed_partitions: set[tuple[int, tuple[Any, ...]]] = set()
         found_paths: set[str] = set()
         replaced: list[DataFile] = []
-        removing = bool(self._deleted_paths) or self._delete_filter is not None
-        parent_manifests = await self.reader.manifests(parent) if parent is not None else []
-        for manifest in parent_manifests:
+        removing = (
+            bool(self._deleted_paths) or self._delete_filter is not None or bool(self._doomed_keys)
+        )
+        # Data manifests first: on v3, a removed data file takes its DV with it (spec:
+        # "Delete Formats"), which the delete manifests are then checked for.
+        order = sorted(
+            range(len(parent_manifests)),
+            key=lambda i: parent_manifests[i].content != ManifestContent.DATA,
+        )
+        results: dict[int, ManifestFile] = {}
+        removed_data: set[str] = set()
+        for i in order:
+            manifest = parent_manifests[i]
             if not _has_live(manifest):
                 # Only deletions of an earlier snapshot are left in it: no reader needs those
                 # entries, and carrying them forward would keep the deleted files reachable.
                 continue
             if not removing:
-                kept.append(manifest)
+                results[i] = manifest
                 continue
             entries = await self.reader.entries(manifest, specs)
-            doomed = [e for e in entries if e.is_live and self._removes(e.data_file, base)]
+            doomed = [
+                e
+                for e in entries
+                if e.is_live
+                and (
+                    self._removes(e.data_file, base)
+                    or (
+                        is_deletion_vector(e.data_file)
+                        and e.data_file.referenced_data_file in removed_data
+                    )
+                )
+            ]
             if not doomed:
-                kept.append(manifest)
+                results[i] = manifest
                 continue
-            doomed_paths = {e.data_file.file_path for e in doomed}
-            found_paths |= doomed_paths & self._deleted_paths
+            doomed_keys = {_key(e.data_file) for e in doomed}
+            found_paths |= {e.data_file.file_path for e in doomed} & self._deleted_paths
             for e in doomed:
                 _count_removed(deltas, e.data_file)
                 changed_partitions.add((e.data_file.spec_id, e.data_file.partition))
                 if e.data_file.content == DataFileContent.DATA:
                     replaced.append(e.data_file)
-            kept.append(await self._rewrite_manifest(base, manifest, entries, doomed_paths))
+                    removed_data.add(e.data_file.file_path)
+            results[i] = await self._rewrite_manifest(base, manifest, entries, doomed_keys)
+        kept = [results[i] for i in sorted(results)]
         missing = self._deleted_paths - found_paths
         if missing and self.validate_deleted_paths:
             sample = ", ".join(sorted(missing)[:5])
@@ -199,13 +279,29 @@ class SnapshotProducer:
             )
         if self.operation == Operation.REPLACE and replaced:
             await self._check_no_new_deletes(table, parent, replaced)
-        for f in self._added:
+        for f in [*self._added, *dv_entries]:
             _count_added(deltas, f)
             changed_partitions.add((f.spec_id, f.partition))
 
         manifests = new_manifests + kept
         if self._merge_enabled(base):
             manifests = await self._merge(base, manifests)
+        # DV manifests depend on the base (merged vectors), so are written per attempt.
+        by_spec: dict[int, list[DataFile]] = defaultdict(list)
+        for f in dv_entries:
+            by_spec[f.spec_id].append(f)
+        for spec_id, files in by_spec.items():
+            spec = base.spec_by_id(spec_id)
+            assert spec is not None
+            manifests.insert(
+                0,
+                await self._write_manifest(
+                    base,
+                    spec,
+                    ManifestContent.DELETES,
+                    [(ManifestEntryStatus.ADDED, f, None) for f in files],
+                ),
+            )
 
         sequence_number = base.next_sequence_number()
         first_row_id = base.next_row_id if base.format_version >= 3 else None
@@ -311,7 +407,115 @@ class SnapshotProducer:
                             "replaces; plan the rewrite again"
                         )
 
+    async def _deletion_vectors(
+        self, base: TableMetadata, parent_manifests: list[ManifestFile]
+    ) -> tuple[list[DataFile], set[tuple[str, int | None]]]:
+        """The DVs this attempt adds, merged with the base's deletes, and what they replace.
+
+        For each data file with new deletes: the new positions (and caller-written DVs) are
+        merged with the file's live DV, its file-scoped position delete files (both then
+        removed) and the positions partition-scoped position delete files hold for it
+        (those stay: they may delete rows of other files; readers ignore them for a file
+        with a DV). One Puffin file per attempt holds the merged vectors.
+        """
+        if not self._dv_positions and not self._added_dvs:
+            return [], set()
+        if base.format_version < 3:
+            raise ValidationError(
+                f"deletion vectors need format v3; table {self.table.identifier} is "
+                f"v{base.format_version}"
+            )
+        specs = base.specs()
+        sources: dict[str, list[DeletionVector | DataFile]] = defaultdict(list)
+        for path, (_, dv) in self._dv_positions.items():
+            sources[path].append(dv)
+        for f in self._added_dvs:
+            assert f.referenced_data_file is not None
+            sources[f.referenced_data_file].append(f)
+        targets = set(sources)
+        live: dict[str, DataFile] = {
+            f.file_path: f for f in self._added if f.content == DataFileContent.DATA
+        }
+        replaced: dict[str, list[DataFile]] = defaultdict(list)
+        partition_scoped: list[DataFile] = []
+        for manifest in parent_manifests:
+            if not _has_live(manifest):
+                continue
+            for e in await self.reader.entries(manifest, specs, live_only=True):
+                f = e.data_file
+                if f.content == DataFileContent.DATA:
+                    if f.file_path in targets:
+                        live[f.file_path] = f
+                elif f.content == DataFileContent.POSITION_DELETES:
+                    if f.referenced_data_file in targets:
+                        replaced[f.referenced_data_file].append(f)
+                    elif f.referenced_data_file is None and not is_deletion_vector(f):
+                        partition_scoped.append(f)
+        missing = sorted(targets - set(live))
+        if missing:
+            raise ValidationConflictError(
+                f"cannot delete rows of {len(missing)} data file(s) of {self.table.identifier} "
+                f"that are no longer live (removed or rewritten concurrently?): "
+                f"{', '.join(missing[:5])}; plan the delete again"
+            )
+        vectors: list[tuple[DataFile, DeletionVector]] = []
+        entries: list[DataFile] = []  # caller-written DVs that need no merging, as they are
+        doomed: set[tuple[str, int | None]] = set()
+        for path in sorted(targets):
+            data_file = live[path]
+            olds = replaced.get(path, [])
+            scoped = [
+                d
+                for d in partition_scoped
+                if (d.spec_id, d.partition) == (data_file.spec_id, data_file.partition)
+            ]
+            found = sources[path]
+            if not olds and not scoped and len(found) == 1 and isinstance(found[0], DataFile):
+                dv_file = found[0]
+                if (dv_file.spec_id, dv_file.partition) != (data_file.spec_id, data_file.partition):
+                    raise ValidationError(
+                        f"deletion vector {dv_file.file_path}@{dv_file.content_offset} is not "
+                        f"in the partition of {path}"
+                    )
+                entries.append(dv_file)
+                continue
+            merged = DeletionVector()
+            for item in [*found, *olds, *scoped]:
+                merged = merged.union(
+                    item
+                    if isinstance(item, DeletionVector)
+                    else await self._positions_of(item, path)
+                )
+            if any(p >= data_file.record_count for p in merged.to_numpy()[-1:].tolist()):
+                raise ValidationError(
+                    f"deletes for {path} name positions past its {data_file.record_count} rows"
+                )
+            vectors.append((data_file, merged))
+            doomed |= {_key(d) for d in olds}
+        if any(len(dv) for _, dv in vectors):
+            location = f"{data_dir(base)}/{uuid.uuid4()}-deletes.puffin"
+            built = build_deletion_vector_file(location, vectors)
+            self._written.append(location)
+            await self.table.io.write_once(location, built.data)
+            entries.extend(built.entries)
+        return entries, doomed
+
+    async def _positions_of(self, delete_file: DataFile, data_path: str) -> DeletionVector:
+        """Positions an existing DV or position delete file holds for ``data_path``."""
+        key = (delete_file.file_path, delete_file.content_offset, data_path)
+        cached = self._old_deletes.get(key)
+        if cached is None:
+            if is_deletion_vector(delete_file):
+                cached = await read_deletion_vector(self.table.io, delete_file)
+            else:
+                raw = await self.table.io.read(delete_file.file_path)
+                cached = positions_in_delete_file(raw, delete_file.file_path, data_path)
+            self._old_deletes[key] = cached
+        return cached
+
     def _removes(self, data_file: DataFile, base: TableMetadata) -> bool:
+        if _key(data_file) in self._doomed_keys:
+            return True
         if data_file.file_path in self._deleted_paths:
             return True
         return self._delete_filter is not None and self._delete_filter(data_file, base)
@@ -393,16 +597,16 @@ class SnapshotProducer:
         base: TableMetadata,
         manifest: ManifestFile,
         entries: list[ManifestEntry],
-        doomed: set[str],
+        doomed: set[tuple[str, int | None]],
     ) -> ManifestFile:
-        """A copy of ``manifest`` with ``doomed`` files marked DELETED by this snapshot."""
+        """A copy of ``manifest`` with ``doomed`` entries (see :func:`_key`) marked DELETED."""
         spec = base.spec_by_id(manifest.partition_spec_id)
         assert spec is not None
         rows: list[tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]] = []
         for e in entries:
             if not e.is_live:
                 continue  # deletions of earlier snapshots are not carried forward
-            if e.data_file.file_path in doomed:
+            if _key(e.data_file) in doomed:
                 rows.append((ManifestEntryStatus.DELETED, e.data_file, e))
             else:
                 rows.append((ManifestEntryStatus.EXISTING, e.data_file, e))
@@ -495,10 +699,37 @@ class SnapshotProducer:
             except Exception:
                 manifests = None  # cannot tell what is referenced: delete nothing
             if manifests is not None:
-                keep = {snapshot.manifest_list, *(m.manifest_path for m in manifests)}
-                await self._delete_unreferenced(keep)
+                keep: set[str] | None = {
+                    snapshot.manifest_list,
+                    *(m.manifest_path for m in manifests),
+                }
+                try:
+                    dv_files = await self._referenced_dv_files(committed, manifests)
+                except Exception:
+                    keep = None  # cannot tell which DV files are referenced: delete nothing
+                else:
+                    assert keep is not None
+                    keep |= dv_files
+                if keep is not None:
+                    await self._delete_unreferenced(keep)
         self.table = committed
         return committed
+
+    async def _referenced_dv_files(
+        self, committed: Table, manifests: list[ManifestFile]
+    ) -> set[str]:
+        """The Puffin files this snapshot's own delete manifests reference (of those written)."""
+        written = {p for p in self._written if p.endswith("-deletes.puffin")}
+        if not written:
+            return set()
+        out: set[str] = set()
+        for m in manifests:
+            if m.content != ManifestContent.DELETES or m.added_snapshot_id != self.snapshot_id:
+                continue
+            for e in await self.reader.entries(m, committed.metadata.specs()):
+                if e.data_file.file_path in written:
+                    out.add(e.data_file.file_path)
+        return out
 
     async def _delete_unreferenced(self, keep: set[str]) -> None:
         """Best effort: a file left behind is an orphan for clean-up, never a correctness
@@ -510,6 +741,30 @@ class SnapshotProducer:
                 await self.table.io.delete(path)
             except Exception:
                 pass
+
+
+def _key(f: DataFile) -> tuple[str, int | None]:
+    """What identifies a manifest entry: the path, and for a DV its blob offset (one Puffin
+    file may hold the vectors of many data files)."""
+    return (f.file_path, f.content_offset if is_deletion_vector(f) else None)
+
+
+def _check_position_delete_kind(f: DataFile, version: int, table: str) -> None:
+    """DVs only from v3 on, and no new position delete files on v3 (spec: "Delete Formats")."""
+    if is_deletion_vector(f):
+        if version < 3:
+            raise ValidationError(
+                f"{f.file_path}: deletion vectors need format v3, table {table} is v{version}"
+            )
+        if not f.referenced_data_file:
+            raise ValidationError(f"{f.file_path}: a deletion vector needs referenced_data_file")
+    elif version >= 3:
+        raise ValidationError(
+            f"{f.file_path}: position delete files must not be added to v3 tables (spec: "
+            f'"Delete Formats"); table {table} is v{version}: delete rows with a deletion '
+            "vector instead (SnapshotProducer.delete_positions, or row_delta's "
+            "deleted_positions)"
+        )
 
 
 def _has_live(m: ManifestFile) -> bool:
@@ -526,7 +781,10 @@ def _count_added(deltas: dict[str, int], f: DataFile) -> None:
         return
     deltas[Summary.ADDED_DELETE_FILES] += 1
     if f.content == DataFileContent.POSITION_DELETES:
-        deltas[Summary.ADDED_POSITION_DELETE_FILES] += 1
+        if is_deletion_vector(f):
+            deltas[Summary.ADDED_DVS] += 1
+        else:
+            deltas[Summary.ADDED_POSITION_DELETE_FILES] += 1
         deltas[Summary.ADDED_POSITION_DELETES] += f.record_count
     else:
         deltas[Summary.ADDED_EQUALITY_DELETE_FILES] += 1
@@ -541,7 +799,10 @@ def _count_removed(deltas: dict[str, int], f: DataFile) -> None:
         return
     deltas[Summary.REMOVED_DELETE_FILES] += 1
     if f.content == DataFileContent.POSITION_DELETES:
-        deltas[Summary.REMOVED_POSITION_DELETE_FILES] += 1
+        if is_deletion_vector(f):
+            deltas[Summary.REMOVED_DVS] += 1
+        else:
+            deltas[Summary.REMOVED_POSITION_DELETE_FILES] += 1
         deltas[Summary.REMOVED_POSITION_DELETES] += f.record_count
     else:
         deltas[Summary.REMOVED_EQUALITY_DELETE_FILES] += 1
@@ -595,22 +856,36 @@ def delete_files(
 
 
 def row_delta(
-    table: Table, data_files: Iterable[DataFile], delete_files: Iterable[DataFile], **kwargs: Any
+    table: Table,
+    data_files: Iterable[DataFile],
+    delete_files: Iterable[DataFile],
+    *,
+    deleted_positions: Iterable[tuple[DataFile, Iterable[int] | DeletionVector]] = (),
+    **kwargs: Any,
 ) -> SnapshotProducer:
+    """Add data and delete files; on v3, ``deleted_positions`` become deletion vectors.
+
+    v3 tables take no new position delete files: pass ``(data_file, positions)`` pairs (or
+    DVs already written) and each data file gets one DV merged with the one it has.
+    """
     deletes = list(delete_files)
     for d in deletes:
         if d.content == DataFileContent.DATA:
             raise ValidationError(f"{d.file_path}: row delta delete files must be delete files")
+    positions = list(deleted_positions)
     data = list(data_files)
     # Operation names as the spec defines them: only delete files added is a "delete".
-    if not deletes:
+    if not deletes and not positions:
         operation = Operation.APPEND
     elif not data:
         operation = Operation.DELETE
     else:
         operation = Operation.OVERWRITE
     producer = SnapshotProducer(table, operation, **kwargs)
-    return producer.add_files(data).add_files(deletes)
+    producer.add_files(data).add_files(deletes)
+    for data_file, ps in positions:
+        producer.delete_positions(data_file, ps)
+    return producer
 
 
 def rewrite_files(

@@ -255,12 +255,17 @@ def scoped_files(draw: st.DrawFn) -> tuple[list[tuple[DataFile, int]], list[tupl
         partition = draw(PARTITIONS) if spec_id == 0 else ()
         data_files.append((data(f"s3://b/d-{i}", partition, spec_id), draw(st.integers(0, 5))))
     deletes = []
+    with_dv: set[str] = set()  # the spec allows one DV per data file in a snapshot
     for i in range(draw(st.integers(0, 8))):
         kind = draw(st.sampled_from(["pos", "eq", "dv", "pos-ref"]))
         spec_id = draw(st.sampled_from([0, 1]))
         partition = draw(PARTITIONS) if spec_id == 0 else ()
         seq = draw(st.integers(0, 5))
         target = draw(st.sampled_from([d.file_path for d, _ in data_files]))
+        if kind == "dv" and target in with_dv:
+            kind = "pos-ref"
+        if kind == "dv":
+            with_dv.add(target)
         if kind == "pos":
             f = pos(f"pos-{i}", partition, spec_id)
         elif kind == "pos-ref":
@@ -315,6 +320,13 @@ def test_without_metrics_the_index_follows_the_spec_rules_exactly(
         got = index.for_data_file(d, seq)
         assert len(got) == len(paths(got))
         assert paths(got) == spec_rules(d, seq, deletes)
+
+
+def test_two_deletion_vectors_for_one_data_file_are_refused() -> None:
+    index = DeleteFileIndex(SPECS, SCHEMA)
+    index.add(dv("dv-a", "s3://b/d", (0,)), 1)
+    with pytest.raises(ValidationError, match="two deletion vectors for data file s3://b/d"):
+        index.add(dv("dv-b", "s3://b/d", (0,)), 2)
 
 
 values = st.none() | st.integers(-3, 3)

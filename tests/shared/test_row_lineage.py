@@ -1,0 +1,68 @@
+"""Row lineage inheritance: nulls take first_row_id + position and the file's sequence number."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from icefloe.errors import ValidationError
+from icefloe.row_lineage import (
+    LAST_UPDATED_SEQUENCE_NUMBER,
+    ROW_ID,
+    lineage_arrow_fields,
+    with_lineage_fields,
+    with_row_lineage,
+)
+from icefloe.schema import Schema
+from icefloe.types import LongType, NestedField
+
+column = st.lists(st.none() | st.integers(0, 1 << 40), max_size=40)
+
+
+@settings(max_examples=100, deadline=None)
+@given(column, st.none() | st.integers(0, 1 << 40), st.integers(1, 1000), st.booleans())
+def test_nulls_inherit_and_values_are_kept(
+    row_ids: list[int | None], first_row_id: int | None, seq: int, present: bool
+) -> None:
+    n = len(row_ids)
+    seqs = [None if v is None else v % 7 for v in row_ids]
+    data = pa.table({"x": list(range(n))})
+    if present:
+        data = data.append_column(ROW_ID, pa.array(row_ids, pa.int64()))
+        data = data.append_column(LAST_UPDATED_SEQUENCE_NUMBER, pa.array(seqs, pa.int64()))
+    out = with_row_lineage(data, first_row_id=first_row_id, data_sequence_number=seq)
+    got_ids = out.column(ROW_ID).to_pylist()
+    got_seqs = out.column(LAST_UPDATED_SEQUENCE_NUMBER).to_pylist()
+    for pos in range(n):
+        stored = row_ids[pos] if present else None
+        inherited = None if first_row_id is None else first_row_id + pos
+        assert got_ids[pos] == (stored if stored is not None else inherited)
+        stored_seq = seqs[pos] if present else None
+        assert got_seqs[pos] == (stored_seq if stored_seq is not None else seq)
+    assert out.column_names.count(ROW_ID) == 1
+
+
+def test_positions_of_filtered_rows_drive_row_ids() -> None:
+    data = pa.table({"x": [10, 30]})
+    out = with_row_lineage(
+        data, first_row_id=100, data_sequence_number=4, positions=np.array([0, 2])
+    )
+    assert out.column(ROW_ID).to_pylist() == [100, 102]
+    with pytest.raises(ValidationError, match="positions"):
+        with_row_lineage(data, first_row_id=1, data_sequence_number=1, positions=np.array([0]))
+
+
+def test_read_schema_gains_the_reserved_columns_and_refuses_name_clashes() -> None:
+    schema = Schema(NestedField(1, "id", LongType(), required=True))
+    read = with_lineage_fields(schema)
+    assert [f.field_id for f in read.fields] == [1, 2147483540, 2147483539]
+    assert [f.metadata[b"PARQUET:field_id"] for f in lineage_arrow_fields()] == [
+        b"2147483540",
+        b"2147483539",
+    ]
+    clash = Schema(NestedField(1, "_row_id", LongType()))
+    with pytest.raises(ValidationError, match="row-lineage"):
+        with_lineage_fields(clash)
