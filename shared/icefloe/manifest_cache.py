@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import sys
 import threading
 import uuid
@@ -63,6 +65,7 @@ from icefloe.manifest import (
     read_manifest,
     read_manifest_metadata,
 )
+from icefloe.manifest_arrow import ArrowDecodeUnavailable, configured_decoder, decode_columns
 from icefloe.manifest_list import ManifestContent, ManifestFile, read_manifest_list
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
@@ -90,6 +93,8 @@ from icefloe.types import (
     UUIDType,
 )
 from icefloe.values import from_bytes
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 512 << 20
 DEFAULT_LOAD_CONCURRENCY = 16
@@ -375,8 +380,16 @@ class CachedManifest:
         manifest: ManifestFile,
         specs: Mapping[int, PartitionSpec],
         schema: Schema,
+        *,
+        decoder: str | None = None,
     ) -> CachedManifest:
-        """Decode a manifest's bytes (read with ``manifest``'s list row, for inheritance)."""
+        """Decode a manifest's bytes (read with ``manifest``'s list row, for inheritance).
+
+        ``decoder`` is ``duckdb`` (Arrow straight from DuckDB's Avro reader, falling back to
+        fastavro with a logged reason), ``fastavro`` (the reference path) or ``verify``
+        (both, raising :class:`ManifestDecodeMismatch` if they differ); None reads
+        ``ICEFLOE_MANIFEST_DECODER`` (:func:`~icefloe.manifest_arrow.configured_decoder`).
+        """
         location = manifest.manifest_path
         spec = specs.get(manifest.partition_spec_id)
         if spec is None:
@@ -384,8 +397,20 @@ class CachedManifest:
                 f"manifest {location} uses partition spec {manifest.partition_spec_id}, "
                 f"which the table does not have (specs: {sorted(specs)})"
             )
-        entries = read_manifest(data, location=location, manifest_file=manifest, spec_by_id=specs)
         partition_type = _writer_partition_type(data, location, spec, schema)
+        decoder = configured_decoder() if decoder is None else decoder
+        if decoder != "fastavro":
+            try:
+                decoded = decode_columns(data, manifest, spec, partition_type)
+            except ArrowDecodeUnavailable as unavailable:
+                log.warning("decoding %s with fastavro: %s", location, unavailable)
+            else:
+                arrow = cls(manifest, spec, partition_type, decoded[0], decoded[1], None)
+                if decoder == "verify":
+                    reference = cls.decode(data, manifest, specs, schema, decoder="fastavro")
+                    _same_columns(arrow, reference)
+                return arrow
+        entries = read_manifest(data, location=location, manifest_file=manifest, spec_by_id=specs)
         n = len(entries)
         status: list[int] = []
         snapshot_ids: list[int | None] = []
@@ -536,6 +561,42 @@ class CachedManifest:
         files = _data_files(cols, tuples, self.spec_id)
         seqs = [0 if s is None else s for s in cols["data_sequence_number"]]
         return ManifestRows(files, seqs)
+
+
+class ManifestDecodeMismatch(IcefloeError):
+    """The DuckDB and fastavro decodings of one manifest differ (``verify`` mode)."""
+
+
+def _same_columns(arrow: CachedManifest, reference: CachedManifest) -> None:
+    """Raise :class:`ManifestDecodeMismatch` unless both decodings hold the same values."""
+    where = arrow.path
+    if arrow.num_rows != reference.num_rows:
+        raise ManifestDecodeMismatch(
+            f"{where}: {arrow.num_rows} rows from DuckDB, {reference.num_rows} from fastavro"
+        )
+    for name, expected in reference._columns.items():
+        got = arrow._columns.get(name)
+        if got is None:
+            raise ManifestDecodeMismatch(f"{where}: DuckDB gave no column {name!r}")
+        if name in arrow._maps:
+            same = _map_dicts(got) == _map_dicts(expected)
+        else:
+            same = _same_values(got.to_pylist(), expected.to_pylist()) and got.type == expected.type
+        if not same:
+            raise ManifestDecodeMismatch(f"{where}: column {name!r} differs between decoders")
+    if not _same_values(arrow.partition_tuples(), reference.partition_tuples()):
+        raise ManifestDecodeMismatch(f"{where}: partition values differ between decoders")
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    """Equality that takes NaN as equal to NaN (and tells -0.0 from 0.0)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (
+            a == b and math.copysign(1, a) == math.copysign(1, b)
+        )
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b))
+    return bool(a == b) and type(a) is type(b)
 
 
 class _TupleList:
@@ -1280,6 +1341,7 @@ __all__ = [
     "CachedManifest",
     "FilePruner",
     "ManifestCache",
+    "ManifestDecodeMismatch",
     "ManifestRows",
     "PruneCounts",
     "arrow_storage_type",
