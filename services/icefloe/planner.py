@@ -60,6 +60,7 @@ from icefloe.errors import (
 )
 from icefloe.expression_json import expression_to_json, parse_expression
 from icefloe.manifest_cache import ManifestCache
+from icefloe.manifest_store import ManifestStore
 from icefloe.metadata import TableMetadata
 from icefloe.planner_config import PlannerConfig
 from icefloe.scan import ScanPlan, plan_scan
@@ -489,8 +490,16 @@ class PlannerService:
             catalog = load_catalog(config.catalog)
         self.catalog = catalog
         self.clock = clock
+        store = (
+            ManifestStore(config.cache_dir, config.cache_disk_max_bytes)
+            if config.cache_dir
+            else None
+        )
         self.cache = ManifestCache(
-            catalog.io, config.cache_max_bytes, load_concurrency=config.manifest_load_concurrency
+            catalog.io,
+            config.cache_max_bytes,
+            load_concurrency=config.manifest_load_concurrency,
+            store=store,
         )
         self.refresher = TableRefresher(
             catalog,

@@ -45,6 +45,12 @@ class PlannerConfig(BaseSettings):
 
     # -- cache and plans ----------------------------------------------------------------------
     cache_max_bytes: int = Field(512 << 20, ge=0, description="manifest cache budget")
+    cache_dir: str | None = Field(
+        None,
+        description="directory for decoded manifests as Arrow IPC files (memory-mapped, "
+        "shared by processes, kept across restarts); unset: memory only",
+    )
+    cache_disk_max_bytes: int = Field(8 << 30, ge=0, description="budget of cache_dir")
     manifest_load_concurrency: int = Field(16, ge=1)
     tasks_per_page: int = Field(1000, ge=1, description="file scan tasks per response page")
     plan_ttl_ms: int = Field(600_000, ge=1000, description="how long a plan id stays valid")

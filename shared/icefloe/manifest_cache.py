@@ -67,6 +67,7 @@ from icefloe.manifest import (
 )
 from icefloe.manifest_arrow import ArrowDecodeUnavailable, configured_decoder, decode_columns
 from icefloe.manifest_list import ManifestContent, ManifestFile, read_manifest_list
+from icefloe.manifest_store import ManifestStore
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 from icefloe.snapshot import Snapshot
@@ -1151,6 +1152,7 @@ class ManifestCache:
         *,
         load_concurrency: int = DEFAULT_LOAD_CONCURRENCY,
         decode_in_thread: bool = True,
+        store: ManifestStore | None = None,
     ) -> None:
         if max_bytes < 0:
             raise ValidationError(f"cache max_bytes must be >= 0, got {max_bytes}")
@@ -1159,6 +1161,7 @@ class ManifestCache:
         self.io = io
         self.max_bytes = max_bytes
         self.decode_in_thread = decode_in_thread
+        self.store = store
         self._items: OrderedDict[str, Any] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
@@ -1295,10 +1298,19 @@ class ManifestCache:
         path = manifest.manifest_path
 
         async def load() -> CachedManifest:
+            store = self.store
+            if store is not None:
+                found = await self._decode(_from_store, store, manifest, specs)
+                if found is not None:
+                    return found
             data = await self._read(path)
             cached: CachedManifest = await self._decode(
                 CachedManifest.decode, data, manifest, specs, schema
             )
+            if store is not None and cached._partitions is not None:
+                await self._decode(
+                    store.save, manifest, cached._columns, cached._partitions, cached.partition_type
+                )
             return cached
 
         value: CachedManifest = await self._load(path, load)
@@ -1312,6 +1324,21 @@ class ManifestCache:
     ) -> list[CachedManifest]:
         """Several manifests, loaded concurrently (reads bounded by ``load_concurrency``)."""
         return list(await asyncio.gather(*(self.manifest(m, specs, schema) for m in manifests)))
+
+
+def _from_store(
+    store: ManifestStore, manifest: ManifestFile, specs: Mapping[int, PartitionSpec]
+) -> CachedManifest | None:
+    """A manifest's columns memory-mapped from the on-disk store, or None if absent."""
+    spec = specs.get(manifest.partition_spec_id)
+    if spec is None:
+        return None  # decoding names the problem
+    stored = store.load(manifest)
+    if stored is None:
+        return None
+    return CachedManifest(
+        manifest, spec, stored.partition_type, stored.columns, stored.partitions, None
+    )
 
 
 def _decode_list(data: bytes, path: str) -> list[ManifestFile]:
