@@ -542,6 +542,28 @@ class CachedManifest:
 
     # -- materializing --------------------------------------------------------------------
 
+    def compact(self, indices: Any) -> CachedManifest:
+        """A new, uncached manifest holding only the given rows (in that order).
+
+        Plans keep these rather than the cached manifest, so a plan held for paging never
+        keeps a manifest alive after the cache evicted it, and its memory is that of the
+        rows it returns. Selecting every row returns the manifest itself (a copy would
+        hold the same bytes).
+        """
+        take = indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int64())
+        if len(take) == self.num_rows:
+            return self
+        columns = {name: pc.take(arr, take) for name, arr in self._columns.items()}
+        partitions = (
+            None if self._partitions is None else [pc.take(a, take) for a in self._partitions]
+        )
+        tuples = None
+        if self._tuples is not None:
+            tuples = [self._tuples[i] for i in take.to_pylist()]
+        return CachedManifest(
+            self.manifest, self.spec, self.partition_type, columns, partitions, tuples
+        )
+
     def rows(self, indices: Sequence[int] | Any) -> ManifestRows:
         """DataFiles (and data sequence numbers) of the given rows, in that order."""
         take = indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int64())

@@ -129,6 +129,11 @@ class ScanPlan:
         self._residuals: dict[int, ResidualEvaluator] = {}
 
     @property
+    def nbytes(self) -> int:
+        """Memory the plan holds: the selected rows' columns (see CachedManifest.compact)."""
+        return sum(s.manifest.nbytes for s in self._segments) + 64 * len(self._segments)
+
+    @property
     def specs(self) -> dict[int, PartitionSpec]:
         return self.metadata.specs()
 
@@ -409,7 +414,8 @@ async def plan_scan(
             else:
                 selected = pruner.select(cached)
             if len(selected):
-                segments.append(_Segment(cached, selected))
+                kept = cached.compact(selected)  # a held plan must not pin the manifest
+                segments.append(_Segment(kept, kept.row_numbers()))
         _sum_counts(metrics.data_files, data_pruners.values())
         _sum_counts(metrics.delete_files, delete_pruners.values())
         return plan(segments)
