@@ -23,6 +23,9 @@ def add_arguments(
     Every flag defaults to None, so only flags actually given override the environment.
     """
     for name, info in settings.model_fields.items():
+        extra = info.json_schema_extra
+        if isinstance(extra, dict) and extra.get("flag") is False:
+            continue  # a secret: the environment or a file only, never the command line
         flag = "--" + name.replace("_", "-")
         annotation = info.annotation
         text = info.description or ""
