@@ -1120,7 +1120,11 @@ def test_the_planner_benchmark_runs_and_checks_its_plans_against_pyiceberg() -> 
     ctx = BenchContext(quick=True, repeat=1, sizes=sizes)
     figures = planner_benchmark(ctx)
     names = [f.name for f in figures]
-    assert len(names) == 3 * 3 * 2
+    assert len(names) == 3 * 3 * 3 + 1
     assert "20 selective warm" in names and "60 metrics-only cold" in names
-    assert all("pyiceberg plan_files" in f.peers for f in figures)
+    assert "40 full restarted" in names and "manifest decode (25 entries)" in names
+    plans = [f for f in figures if not f.name.startswith("manifest decode")]
+    assert all("pyiceberg plan_files" in f.peers for f in plans)
+    (decode,) = [f for f in figures if f.name.startswith("manifest decode")]
+    assert "pyiceberg manifest reader" in decode.peers
     assert sum("bytes per cached entry" in note for note in ctx.notes) == 3
