@@ -18,7 +18,8 @@ decoded manifests, memory-mapped: a restarted or new replica); PyIceberg has no 
 between scans, so its one figure stands beside all three. Each icefloe plan builds its file
 scan tasks (DataFile objects with deletes and residuals) as PyIceberg's does, so the two do
 the same work. **manifest decode** is entries/s of one manifest into the cache's columns
-beside PyIceberg's manifest reader. A size set to 0 (``--set files-large=0``) is skipped.
+beside PyIceberg's manifest reader. Sizes set equal run once (``--set files-small=100000
+--set files-medium=100000`` runs 100k and the large size only).
 
 Memory: the cache's bytes per cached manifest entry, beside the bytes the same manifest
 takes as decoded Python ``DataFile`` objects (measured with ``tracemalloc``).
@@ -481,9 +482,7 @@ def planner_benchmark(ctx: BenchContext) -> list[Figure]:
     root = Path(tempfile.mkdtemp(prefix="icefloe-bench-planner-"))
     try:
         decoded = False
-        for n in sizes:
-            if n <= 0:
-                continue  # --set files-small=0 skips a size (2-core machines)
+        for n in sorted(set(sizes)):  # equal sizes run once: a way to run fewer sizes
             label = _label(n)
             directory = root / label
             directory.mkdir()

@@ -910,6 +910,15 @@ class _Stats:
         return _filled(pc.equal(self.counts("nan_value_counts"), 0), False)
 
 
+_SIGNED_ZERO_OPS = frozenset({Operation.LT, Operation.GT, Operation.NOT_EQ, Operation.NOT_IN})
+
+
+def _has_zero(pred: BoundPredicate) -> bool:
+    if isinstance(pred, BoundSetPredicate):
+        return any(v == 0.0 for v in pred.literals)
+    return isinstance(pred, BoundLiteralPredicate) and pred.literal == 0.0
+
+
 def metrics_leaf_mask(manifest: CachedManifest, pred: BoundPredicate) -> Any:
     """May each file hold rows matching ``pred``, by its metrics? Mirrors
     :class:`~icefloe.evaluators.MetricsEvaluator` predicate by predicate."""
@@ -937,6 +946,8 @@ def metrics_leaf_mask(manifest: CachedManifest, pred: BoundPredicate) -> Any:
             return pc.invert(st.all_nan())
         if op is Operation.STARTS_WITH or op is Operation.NOT_STARTS_WITH:
             raise _Unvectorizable
+        if _is_floating(t) and op in _SIGNED_ZERO_OPS and _has_zero(pred):
+            raise _Unvectorizable  # -0.0 vs 0.0 as Double.compare: the per-file evaluator
         lower, upper = st.lower(), st.upper()
         if op is Operation.NOT_EQ or op is Operation.NOT_IN:
             if isinstance(pred, BoundSetPredicate):
