@@ -597,6 +597,10 @@ class PlannerService:
             refresh_interval_s=config.refresh_interval_s,
             idle_after_s=config.table_idle_ms / 1000.0,
             trust_events=config.trust_events and bool(config.brokers),
+            trusted_refresh_interval_s=max(
+                config.trusted_refresh_interval_ms, config.refresh_interval_ms
+            )
+            / 1000.0,
             clock=clock,
         )
         self.plans = PlanStore(

@@ -37,6 +37,12 @@ class PlannerConfig(BaseSettings):
     table_idle_ms: int = Field(
         3_600_000, ge=1000, description="forget tables nobody asked about for this long"
     )
+    trusted_refresh_interval_ms: int = Field(
+        300_000,
+        ge=100,
+        description="with trusted events, tables are still read from the catalog this often, "
+        "so commits by other writers become visible",
+    )
     trust_events: bool = Field(
         True,
         description="a caught-up results topic vouches for tables without events (set false "
