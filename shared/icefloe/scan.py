@@ -301,13 +301,22 @@ async def plan_scan(
         appends = []
     schema = scan_schema(metadata, snapshot, use_snapshot_schema)
     expr = row_filter if row_filter is not None else AlwaysTrue()
-    bound = rewrite_not(expr if is_bound(expr) else bind(schema, expr, case_sensitive))
-    projected = schema.select(list(select), case_sensitive) if select else schema
-    stats_ids = (
-        field_ids_of(schema, stats_fields, case_sensitive, "stats-fields")
-        if stats_fields
-        else frozenset()
-    )
+
+    def prepare() -> tuple[BooleanExpression, Schema, frozenset[int]]:
+        # Binding a filter of a hundred thousand literals takes a while: off the loop.
+        bound = rewrite_not(expr if is_bound(expr) else bind(schema, expr, case_sensitive))
+        projected = schema.select(list(select), case_sensitive) if select else schema
+        stats_ids = (
+            field_ids_of(schema, stats_fields, case_sensitive, "stats-fields")
+            if stats_fields
+            else frozenset()
+        )
+        return bound, projected, stats_ids
+
+    if offload and row_filter is not None:
+        bound, projected, stats_ids = await asyncio.to_thread(prepare)
+    else:
+        bound, projected, stats_ids = prepare()
     specs = metadata.specs()
     metrics = ScanMetrics()
     deletes = DeleteFileIndex(specs, schema)
@@ -374,13 +383,21 @@ async def plan_scan(
     metrics.manifests = len(candidates)
     data_manifests: list[ManifestFile] = []
     delete_manifests: list[ManifestFile] = []
-    for m in candidates:
-        if not manifest_may_match(m):
-            metrics.manifests_skipped += 1
-        elif m.content == ManifestContent.DATA:
-            data_manifests.append(m)
-        else:
-            delete_manifests.append(m)
+
+    def split() -> None:
+        # Projecting the filter onto each spec and testing the summaries: CPU work.
+        for m in candidates:
+            if not manifest_may_match(m):
+                metrics.manifests_skipped += 1
+            elif m.content == ManifestContent.DATA:
+                data_manifests.append(m)
+            else:
+                delete_manifests.append(m)
+
+    if offload and (row_filter is not None or len(candidates) > 64):
+        await asyncio.to_thread(split)
+    else:
+        split()
 
     loaded_data = await source.manifests(data_manifests, specs, schema)
     loaded_deletes = await source.manifests(delete_manifests, specs, schema)
