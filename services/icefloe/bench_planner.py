@@ -149,9 +149,10 @@ class Generated:
     directory: Path
 
 
-def generate(directory: Path, files: int, per_manifest: int) -> Generated:
-    """Write ``files`` entries into manifests, a manifest list and a metadata file."""
-    location = str(directory / "table")
+def generate(directory: Path, files: int, per_manifest: int, name: str = "table") -> Generated:
+    """Write ``files`` entries into manifests, a manifest list and a metadata file, for a
+    table at ``directory/name``."""
+    location = str(directory / name)
     base = new_table_metadata(
         SCHEMA,
         PartitionSpecBuilder(SCHEMA)
@@ -164,7 +165,7 @@ def generate(directory: Path, files: int, per_manifest: int) -> Generated:
         format_version=2,
     )
     schema, spec = base.schema(), base.spec()
-    metadata_dir = directory / "table" / "metadata"
+    metadata_dir = directory / name / "metadata"
     metadata_dir.mkdir(parents=True)
     rows = []
     for m, start in enumerate(range(0, files, per_manifest)):

@@ -213,3 +213,20 @@ async def test_access_log_is_one_json_line_per_request(
     lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "icefloe.access"]
     assert [(x["method"], x["status"]) for x in lines] == [("GET", 200), ("GET", 404)]
     assert lines[0]["route"] == "/v1/namespaces" and lines[0]["ms"] >= 0
+
+
+def test_the_service_benchmark_runs_every_client_level() -> None:
+    from icefloe.bench import BenchContext
+    from icefloe.bench_planner_service import CLIENT_LEVELS, planner_service_benchmark
+
+    sizes = {"service-files": 60, "service-entries-per-manifest": 25}
+    ctx = BenchContext(quick=True, repeat=1, sizes=sizes)
+    import asyncio
+
+    figures = asyncio.run(planner_service_benchmark(ctx))
+    assert [f.name for f in figures] == [
+        f"0k-file table, {n} clients, selective plans" for n in CLIENT_LEVELS
+    ]
+    assert all(f.icefloe.work >= 20 for f in figures)
+    assert sum("healthz p99" in note for note in ctx.notes) == len(CLIENT_LEVELS)
+    assert any(note.startswith("RSS:") for note in ctx.notes)
