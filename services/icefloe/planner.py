@@ -672,11 +672,11 @@ class PlannerService:
             )
         self._started = True
 
-    async def start(self) -> None:
+    async def start(self, *, reuse_port: bool = False) -> None:
         await self.start_background()
         runner = web.AppRunner(self.app(), access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.config.host, self.config.port)
+        site = web.TCPSite(runner, self.config.host, self.config.port, reuse_port=reuse_port)
         await site.start()
         self._runner = runner
         for address in runner.addresses:
@@ -1187,7 +1187,7 @@ def advertised_endpoints(router: web.UrlDispatcher, prefix: str) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-async def serve(config: PlannerConfig) -> None:
+async def serve(config: PlannerConfig, *, reuse_port: bool = False) -> None:
     """Run until SIGINT or SIGTERM."""
     service = PlannerService(config)
     stop = asyncio.Event()
@@ -1195,7 +1195,7 @@ async def serve(config: PlannerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    await service.start()
+    await service.start(reuse_port=reuse_port)
     try:
         await stop.wait()
     finally:
@@ -1203,13 +1203,64 @@ async def serve(config: PlannerConfig) -> None:
         await service.catalog.close()
 
 
-async def run_from_args(args: Any) -> int:
-    from icefloe.planner_config import overrides_from_args
+def _worker(overrides: dict[str, Any]) -> None:
+    """One of ``workers`` processes: the same settings, the port shared (SO_REUSEPORT)."""
+    config = PlannerConfig.load(overrides)
+    _configure_logging(config)
+    asyncio.run(serve(config, reuse_port=True))
 
-    config = PlannerConfig.load(overrides_from_args(args))
+
+def _configure_logging(config: PlannerConfig) -> None:
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+
+
+def serve_workers(config: PlannerConfig, overrides: dict[str, Any]) -> int:
+    """Run ``config.workers`` planner processes on one port (the kernel spreads connections).
+
+    Python plans on one core per process; processes share the decoded manifests through the
+    memory-mapped disk cache (``cache_dir``) and serve each other's plan tokens through the
+    shared plan secret (a random one for this host when none is configured).
+    """
+    import multiprocessing
+    import os
+    import secrets as _secrets
+
+    if config.port == 0:
+        raise ValidationError("ICEFLOE_PLANNER_WORKERS > 1 needs a fixed ICEFLOE_PLANNER_PORT")
+    if not config.plan_secret and not config.plan_secret_file:
+        os.environ["ICEFLOE_PLANNER_PLAN_SECRET"] = _secrets.token_hex(32)
+    if not config.cache_dir:
+        log.warning("ICEFLOE_PLANNER_CACHE_DIR is unset: each worker decodes manifests itself")
+    context = multiprocessing.get_context("spawn")
+    child = {**overrides, "workers": 1}
+    processes = [context.Process(target=_worker, args=(child,)) for _ in range(config.workers)]
+    for process in processes:
+        process.start()
+
+    def forward(signum: int, frame: Any) -> None:
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for process in processes:
+        process.join()
+    return max((p.exitcode or 0) for p in processes)
+
+
+async def run_from_args(args: Any) -> int:
+    from icefloe.planner_config import overrides_from_args
+
+    overrides = overrides_from_args(args)
+    config = PlannerConfig.load(overrides)
+    _configure_logging(config)
+    if config.workers > 1:
+        # The parent only supervises: blocking its (idle) loop on the main thread lets it
+        # install the signal handlers that forward SIGTERM to the workers.
+        return serve_workers(config, overrides)
     await serve(config)
     return 0
 

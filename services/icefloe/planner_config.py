@@ -81,6 +81,13 @@ class PlannerConfig(BaseSettings):
     access_log: bool = Field(True, description="one JSON line per request on icefloe.access")
 
     # -- HTTP ---------------------------------------------------------------------------------
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="processes serving the port (SO_REUSEPORT); set cache_dir so they share "
+        "decoded manifests",
+    )
     host: str = "0.0.0.0"
     port: int = Field(8181, ge=0, le=65535, description="0 picks a free port")
     prefix: str = Field(
