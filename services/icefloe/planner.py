@@ -619,6 +619,9 @@ class PlannerService:
                     SECRET_FILE_ENV,
                 )
         self.tokens = PlanTokens(plan_secret)
+        # Planning threads hold the GIL between Arrow kernels: a few at a time keep the
+        # event loop (and /healthz) responsive; more would only queue for the GIL.
+        self._cpu_slots = asyncio.Semaphore(config.planning_concurrency)
         self.wall_clock = wall_clock
         self.consumer: ResultsConsumer | None = None
         if config.brokers:
@@ -978,6 +981,16 @@ class PlannerService:
         pinned_snapshot: int | None = None,
     ) -> ScanPlan:
         state = await self._table(ident)
+        async with self._cpu_slots:
+            return await self._plan_now(state, req, row_filter, pinned_snapshot)
+
+    async def _plan_now(
+        self,
+        state: TableState,
+        req: PlanRequest,
+        row_filter: Any,
+        pinned_snapshot: int | None,
+    ) -> ScanPlan:
         incremental = req.start_snapshot_id is not None or req.end_snapshot_id is not None
         snapshot_id, ref, as_of = req.snapshot_id, req.ref, req.as_of_timestamp_ms
         if pinned_snapshot is not None and not incremental:
@@ -1006,7 +1019,8 @@ class PlannerService:
         return plan
 
     async def _completed(self, stored: StoredPlan) -> dict[str, Any]:
-        page = await asyncio.to_thread(scan_tasks_json, stored.plan, 0, stored.page_size)
+        async with self._cpu_slots:
+            page = await asyncio.to_thread(scan_tasks_json, stored.plan, 0, stored.page_size)
         out: dict[str, Any] = {"status": "completed", **page}
         tokens = stored.tokens()
         if tokens:
@@ -1096,9 +1110,10 @@ class PlannerService:
                 f"{stored.pages - 1} besides the first",
             )
         start = page * stored.page_size
-        body_out = await asyncio.to_thread(
-            scan_tasks_json, stored.plan, start, start + stored.page_size
-        )
+        async with self._cpu_slots:
+            body_out = await asyncio.to_thread(
+                scan_tasks_json, stored.plan, start, start + stored.page_size
+            )
         self.plans.page_fetched(stored, page)
         return await _json_response(body_out)
 

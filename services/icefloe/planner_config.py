@@ -58,6 +58,9 @@ class PlannerConfig(BaseSettings):
     )
     cache_disk_max_bytes: int = Field(8 << 30, ge=0, description="budget of cache_dir")
     manifest_load_concurrency: int = Field(16, ge=1)
+    planning_concurrency: int = Field(
+        2, ge=1, le=256, description="plans pruned or pages serialized at once (threads)"
+    )
     tasks_per_page: int = Field(1000, ge=1, description="file scan tasks per response page")
     plan_ttl_ms: int = Field(600_000, ge=1000, description="how long a plan id stays valid")
     max_plans: int = Field(10_000, ge=1, description="plans kept at once (oldest dropped)")
