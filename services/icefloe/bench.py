@@ -59,6 +59,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "icefloe.bench_manifest",
     "icefloe.bench_commits",
     "icefloe.bench_planner",
+    "icefloe.bench_planner_service",
     "icefloe.bench_spark",
     "icefloe.bench_coordinator",
     "icefloe.bench_dedup",

@@ -11,11 +11,15 @@ day and a range of ids, with full column metrics. Three scans are planned:
 * **metrics-only**: one id, which no partition field can help with: every manifest is
   opened and only column bounds find the file.
 
-icefloe is measured **cold** (a new manifest cache for every run: read, decode, prune) and
-**warm** (the cache the planner service keeps between requests); PyIceberg has no cache
-between scans, so its one figure stands beside both. Each icefloe plan builds its file scan
-tasks (DataFile objects with deletes and residuals) as PyIceberg's does, so the two do the
-same work. Planning runs on one thread (no offloading), so the figures are CPU cost.
+icefloe is measured **cold** (a new manifest cache for every run: read, decode with DuckDB's
+Avro reader in worker threads, prune), **warm** (the cache the planner service keeps between
+requests) and **restarted** (a new in-memory cache over the persisted on-disk store of
+decoded manifests, memory-mapped: a restarted or new replica); PyIceberg has no cache
+between scans, so its one figure stands beside all three. Each icefloe plan builds its file
+scan tasks (DataFile objects with deletes and residuals) as PyIceberg's does, so the two do
+the same work. **manifest decode** is entries/s of one manifest into the cache's columns
+beside PyIceberg's manifest reader. Sizes set equal run once (``--set files-small=100000
+--set files-medium=100000`` runs 100k and the large size only).
 
 Memory: the cache's bytes per cached manifest entry, beside the bytes the same manifest
 takes as decoded Python ``DataFile`` objects (measured with ``tracemalloc``).
@@ -54,8 +58,9 @@ from icefloe.expression_json import parse_expression
 from icefloe.expressions import BooleanExpression
 from icefloe.fileio import LocalFileIO
 from icefloe.manifest import ManifestWriter, read_manifest
-from icefloe.manifest_cache import ManifestCache
+from icefloe.manifest_cache import CachedManifest, ManifestCache
 from icefloe.manifest_list import ManifestListWriter
+from icefloe.manifest_store import ManifestStore
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
 from icefloe.partition import PartitionSpecBuilder
@@ -144,9 +149,10 @@ class Generated:
     directory: Path
 
 
-def generate(directory: Path, files: int, per_manifest: int) -> Generated:
-    """Write ``files`` entries into manifests, a manifest list and a metadata file."""
-    location = str(directory / "table")
+def generate(directory: Path, files: int, per_manifest: int, name: str = "table") -> Generated:
+    """Write ``files`` entries into manifests, a manifest list and a metadata file, for a
+    table at ``directory/name``."""
+    location = str(directory / name)
     base = new_table_metadata(
         SCHEMA,
         PartitionSpecBuilder(SCHEMA)
@@ -159,7 +165,7 @@ def generate(directory: Path, files: int, per_manifest: int) -> Generated:
         format_version=2,
     )
     schema, spec = base.schema(), base.spec()
-    metadata_dir = directory / "table" / "metadata"
+    metadata_dir = directory / name / "metadata"
     metadata_dir.mkdir(parents=True)
     rows = []
     for m, start in enumerate(range(0, files, per_manifest)):
@@ -237,19 +243,27 @@ def _iso(micros: int) -> str:
 
 
 class Icefloe:
-    """Plans on a private event loop; ``cache`` None plans cold (a new cache per plan)."""
+    """Plans on a private event loop; ``cache`` None plans cold (a new cache per plan, whose
+    manifests are decoded in worker threads, as the planner service does; PyIceberg reads
+    manifests in a thread pool too)."""
 
     def __init__(self, generated: Generated) -> None:
         self.generated = generated
         self.loop = asyncio.new_event_loop()
         self.io = LocalFileIO()
         self.warm_cache = ManifestCache(self.io, 8 << 30, decode_in_thread=False)
+        self.store_dir = generated.directory / "manifest-store"
+        self.store = ManifestStore(self.store_dir, 8 << 30)
 
     def close(self) -> None:
         self.loop.close()
 
+    def restarted_cache(self) -> ManifestCache:
+        """A new, empty in-memory cache over the persisted store: a restarted replica."""
+        return ManifestCache(self.io, 8 << 30, store=ManifestStore(self.store_dir, 8 << 30))
+
     def plan(self, row_filter: BooleanExpression | None, cache: ManifestCache | None) -> list[str]:
-        chosen = cache or ManifestCache(self.io, 8 << 30, decode_in_thread=False)
+        chosen = cache or ManifestCache(self.io, 8 << 30)
 
         async def run() -> list[str]:
             plan = await plan_scan(
@@ -258,6 +272,10 @@ class Icefloe:
             return [t.data_file.file_path for t in plan.tasks()]
 
         return self.loop.run_until_complete(run())
+
+
+def _plan_restarted(ours: Icefloe, row_filter: BooleanExpression | None) -> list[str]:
+    return ours.plan(row_filter, ours.restarted_cache())
 
 
 class PyIceberg:
@@ -341,14 +359,17 @@ def _size_figures(ctx: BenchContext, generated: Generated, label: str) -> list[F
             py_filter = _pyiceberg_filter(expr)
             cold = _Last(partial(ours.plan, row_filter, None))
             warm = _Last(partial(ours.plan, row_filter, ours.warm_cache))
+            restart = _Last(partial(_plan_restarted, ours, row_filter))
             ours.plan(row_filter, ours.warm_cache)  # fill the warm cache once, untimed
+            if not any(ours.store_dir.glob("*.arrow")):
+                ours.plan(None, ManifestCache(ours.io, 8 << 30, store=ours.store))  # persist
             single = generated.files >= SINGLE_RUN_FROM
             timings = measure_interleaved(
-                {"cold": cold.run, "warm": warm.run},
+                {"cold": cold.run, "warm": warm.run, "restarted": restart.run},
                 work=1,
                 repeat=1 if single else ctx.repeat,
-                setup={"cold": cold.clear, "warm": warm.clear},
-                warmup={"cold": not single, "warm": not single},
+                setup={"cold": cold.clear, "warm": warm.clear, "restarted": restart.clear},
+                warmup={"cold": not single, "warm": not single, "restarted": not single},
             )
             theirs: Timing | None = None
             their_plan: list[str] | None = None
@@ -362,7 +383,7 @@ def _size_figures(ctx: BenchContext, generated: Generated, label: str) -> list[F
                     warmup=not single,
                 )
                 their_plan = last.value
-            for which in ("cold", "warm"):
+            for which in ("cold", "warm", "restarted"):
                 peers = {"pyiceberg plan_files": theirs} if theirs is not None else {}
                 figures.append(
                     Figure(
@@ -374,6 +395,7 @@ def _size_figures(ctx: BenchContext, generated: Generated, label: str) -> list[F
                     )
                 )
             _check(f"{label} {scan_name}", cold.value, warm.value, their_plan)
+            _check(f"{label} {scan_name} restarted", restart.value, warm.value, their_plan)
         stats = ours.warm_cache.stats()
         per_entry = stats.bytes / generated.files
         python = _bytes_per_decoded_datafile(generated)
@@ -400,6 +422,46 @@ def _check(
         )
 
 
+def _decode_figure(ctx: BenchContext, generated: Generated, label: str) -> Figure | None:
+    """Entries/s decoding one manifest into the cache's Arrow columns (DuckDB's Avro reader),
+    beside PyIceberg's manifest reader (``ManifestFile.fetch_manifest_entry``), and a note
+    with icefloe's fastavro path (the fallback) for reference."""
+    data, row = asyncio.run(_first_manifest(generated))
+    specs, schema = generated.metadata.specs(), generated.metadata.schema()
+    entries = len(read_manifest(data, location=row.manifest_path))
+    ours = measure(
+        lambda: CachedManifest.decode(data, row, specs, schema, decoder="duckdb"),
+        work=entries,
+        repeat=ctx.repeat,
+    )
+    fallback = measure(
+        lambda: CachedManifest.decode(data, row, specs, schema, decoder="fastavro"),
+        work=entries,
+        repeat=1,
+        warmup=False,
+    )
+    peers: dict[str, Timing] = {}
+    try:
+        from pyiceberg.table import StaticTable
+
+        table = StaticTable.from_metadata(generated.metadata_location)
+        snapshot = table.current_snapshot()
+        assert snapshot is not None
+        manifest = snapshot.manifests(table.io)[0]
+        peers["pyiceberg manifest reader"] = measure(
+            lambda: manifest.fetch_manifest_entry(table.io, discard_deleted=True),
+            work=entries,
+            repeat=ctx.repeat,
+        )
+    except ImportError as e:
+        ctx.note(f"pyiceberg is not installed ({e}); its decode figure is missing")
+    ctx.note(
+        f"decode ({label}, {entries} entries per manifest): icefloe's fastavro fallback "
+        f"{entries / fallback.best:,.0f} entries/s"
+    )
+    return Figure(f"manifest decode ({entries} entries)", "entries/s", ours, peers)
+
+
 def _label(files: int) -> str:
     if files < 1000:
         return str(files)
@@ -420,11 +482,17 @@ def planner_benchmark(ctx: BenchContext) -> list[Figure]:
     figures: list[Figure] = []
     root = Path(tempfile.mkdtemp(prefix="icefloe-bench-planner-"))
     try:
-        for n in sizes:
+        decoded = False
+        for n in sorted(set(sizes)):  # equal sizes run once: a way to run fewer sizes
             label = _label(n)
             directory = root / label
             directory.mkdir()
             generated = generate(directory, n, per_manifest)
+            if not decoded and n >= per_manifest:
+                figure = _decode_figure(ctx, generated, label)
+                if figure is not None:
+                    figures.append(figure)
+                decoded = True
             figures += _size_figures(ctx, generated, label)
             shutil.rmtree(directory, ignore_errors=True)
     finally:

@@ -60,13 +60,27 @@ from icefloe.errors import (
 )
 from icefloe.expression_json import expression_to_json, parse_expression
 from icefloe.manifest_cache import ManifestCache
+from icefloe.manifest_store import ManifestStore
 from icefloe.metadata import TableMetadata
+from icefloe.plan_tokens import (
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+    PlanTokens,
+    SecretError,
+    TokenError,
+    load_secret,
+    parse_plan_task,
+)
 from icefloe.planner_config import PlannerConfig
 from icefloe.scan import ScanPlan, plan_scan
 from icefloe.service_http import ServiceHttp
 from icefloe.table_refresher import ResultsConsumer, TableRefresher, TableState
 
 log = logging.getLogger(__name__)
+access_log = logging.getLogger("icefloe.access")
+
+# Request bodies above this are parsed (JSON, validation, filter) in a worker thread.
+OFFLOAD_BODY_BYTES = 32 << 10
 
 NAMESPACE_SEPARATOR = "\x1f"
 SCAN_PLANNING_MODE = "scan-planning-mode"
@@ -167,12 +181,21 @@ async def _json_body(request: web.Request, *, required: bool) -> dict[str, Any]:
     return body
 
 
+MAX_NAME_BYTES = 255  # a file name component on common filesystems and object stores
+
+
 def _check_name(name: str, what: str) -> str:
     # Catalogs map names to storage paths: a name that is a path step of its own would
-    # let a request reach outside the warehouse.
+    # let a request reach outside the warehouse, and one longer than a path component
+    # can be would fail in storage with a message naming the server's paths.
     if not name or name in (".", "..") or "/" in name or "\x00" in name:
         raise _bad_request(
-            f"invalid {what} {name!r}: names must be non-empty, not '.' or '..', and contain no '/'"
+            f"invalid {what} {name[:64]!r}: names must be non-empty, not '.' or '..', "
+            "and contain no '/'"
+        )
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise _bad_request(
+            f"invalid {what} {name[:32]!r}...: names are limited to {MAX_NAME_BYTES} bytes (UTF-8)"
         )
     return name
 
@@ -227,13 +250,17 @@ def scan_tasks_json(plan: ScanPlan, start: int, stop: int) -> dict[str, Any]:
                 index = delete_index[d.file_path] = len(delete_files)
                 delete_files.append(content_file_json(d, plan, no_stats))
             refs.append(index)
-        residual = residuals.get(task.residual)
-        if residual is None:
-            residual = residuals[task.residual] = expression_to_json(task.residual, legacy=True)
         entry: dict[str, Any] = {
             "data-file": content_file_json(task.data_file, plan, plan.stats_field_ids),
-            "residual-filter": residual,
         }
+        # The spec lets a task omit its residual when it is the request's filter (the client
+        # then applies that filter): repeating a large filter in every task would multiply
+        # the response by the task count.
+        if not _same_filter(task.residual, plan.row_filter):
+            residual = residuals.get(task.residual)
+            if residual is None:
+                residual = residuals[task.residual] = expression_to_json(task.residual, legacy=True)
+            entry["residual-filter"] = residual
         if refs:
             entry["delete-file-references"] = refs
         file_tasks.append(entry)
@@ -241,6 +268,15 @@ def scan_tasks_json(plan: ScanPlan, start: int, stop: int) -> dict[str, Any]:
     if delete_files:
         out["delete-files"] = delete_files
     return out
+
+
+def _same_filter(residual: Any, row_filter: Any) -> bool:
+    if residual is row_filter:
+        return True
+    try:
+        return bool(residual == row_filter)
+    except (TypeError, ValueError, RecursionError):
+        return False
 
 
 def metadata_json(metadata: TableMetadata, snapshots: str) -> dict[str, Any]:
@@ -264,45 +300,85 @@ class StoredPlan:
     page_size: int
     expires_at: float
     fetched: set[int]
+    key: str = ""
 
     @property
     def pages(self) -> int:
         return max(1, -(-len(self.plan) // self.page_size))
+
+    @property
+    def nbytes(self) -> int:
+        return int(getattr(self.plan, "nbytes", 0))
 
     def tokens(self) -> list[str]:
         return [f"{self.plan_id}:{page}" for page in range(1, self.pages)]
 
 
 class PlanStore:
-    """Plans by id, dropped on cancel, on expiry, when the store is full (oldest first), and
-    shortly after every page was fetched (a grace period lets clients retry a fetch)."""
+    """Plans by key, dropped on cancel, on expiry, when the store is full (oldest first), when
+    their selected rows exceed ``max_bytes`` together (oldest first), and shortly after
+    every page was fetched (a grace period lets clients retry a fetch). A dropped plan whose
+    id is signed and self-describing is planned again when a page of it is asked for."""
 
     FETCHED_GRACE_S = 30.0
 
-    def __init__(self, ttl_s: float, max_plans: int, clock: Callable[[], float]) -> None:
+    def __init__(
+        self,
+        ttl_s: float,
+        max_plans: int,
+        clock: Callable[[], float],
+        max_bytes: int | None = None,
+    ) -> None:
         self.ttl_s = ttl_s
         self.max_plans = max_plans
+        self.max_bytes = max_bytes
         self.clock = clock
         self._plans: OrderedDict[str, StoredPlan] = OrderedDict()
+        self._bytes = 0
+        self._cancelled: OrderedDict[str, float] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._plans)
 
-    def add(self, table: TableIdentifier, plan: ScanPlan, page_size: int) -> StoredPlan:
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def add(
+        self,
+        table: TableIdentifier,
+        plan: ScanPlan,
+        page_size: int,
+        *,
+        plan_id: str | None = None,
+        key: str | None = None,
+    ) -> StoredPlan:
         self.sweep()
+        if plan_id is None:
+            plan_id = uuid.uuid4().hex
+        key = plan_id if key is None else key
+        old = self._plans.pop(key, None)
+        if old is not None:
+            self._bytes -= old.nbytes
         while len(self._plans) >= self.max_plans:
-            self._plans.popitem(last=False)
-        stored = StoredPlan(
-            uuid.uuid4().hex, table, plan, page_size, self.clock() + self.ttl_s, {0}
-        )
+            self._drop_oldest()
+        stored = StoredPlan(plan_id, table, plan, page_size, self.clock() + self.ttl_s, {0}, key)
         if stored.pages == 1:
             stored.expires_at = min(stored.expires_at, self.clock() + self.FETCHED_GRACE_S)
-        self._plans[stored.plan_id] = stored
+        self._plans[key] = stored
+        self._bytes += stored.nbytes
+        if self.max_bytes is not None:
+            while self._bytes > self.max_bytes and len(self._plans) > 1:
+                self._drop_oldest()
         return stored
 
-    def get(self, plan_id: str, table: TableIdentifier) -> StoredPlan | None:
+    def _drop_oldest(self) -> None:
+        _, dropped = self._plans.popitem(last=False)
+        self._bytes -= dropped.nbytes
+
+    def get(self, key: str, table: TableIdentifier) -> StoredPlan | None:
         self.sweep()
-        stored = self._plans.get(plan_id)
+        stored = self._plans.get(key)
         if stored is None or stored.table != table:
             return None
         return stored
@@ -312,17 +388,31 @@ class PlanStore:
         if len(stored.fetched) >= stored.pages:
             stored.expires_at = min(stored.expires_at, self.clock() + self.FETCHED_GRACE_S)
 
-    def remove(self, plan_id: str, table: TableIdentifier) -> bool:
-        stored = self._plans.get(plan_id)
+    def remove(self, key: str, table: TableIdentifier) -> bool:
+        stored = self._plans.get(key)
         if stored is None or stored.table != table:
             return False
-        del self._plans[plan_id]
+        del self._plans[key]
+        self._bytes -= stored.nbytes
         return True
+
+    def cancel(self, key: str) -> None:
+        """Remember a cancelled plan until it would have expired, so this replica does not
+        plan it again from its token."""
+        self._cancelled[key] = self.clock() + self.ttl_s
+        while len(self._cancelled) > self.max_plans:
+            self._cancelled.popitem(last=False)
+
+    def cancelled(self, key: str) -> bool:
+        until = self._cancelled.get(key)
+        return until is not None and until > self.clock()
 
     def sweep(self) -> None:
         now = self.clock()
-        for plan_id in [p for p, s in self._plans.items() if s.expires_at <= now]:
-            del self._plans[plan_id]
+        for key in [k for k, s in self._plans.items() if s.expires_at <= now]:
+            self._bytes -= self._plans.pop(key).nbytes
+        for key in [k for k, until in self._cancelled.items() if until <= now]:
+            del self._cancelled[key]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,6 +571,8 @@ class PlannerService:
         *,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        plan_secret: bytes | None = None,
     ) -> None:
         self.config = config
         if catalog is None:
@@ -489,17 +581,48 @@ class PlannerService:
             catalog = load_catalog(config.catalog)
         self.catalog = catalog
         self.clock = clock
+        store = (
+            ManifestStore(config.cache_dir, config.cache_disk_max_bytes)
+            if config.cache_dir
+            else None
+        )
         self.cache = ManifestCache(
-            catalog.io, config.cache_max_bytes, load_concurrency=config.manifest_load_concurrency
+            catalog.io,
+            config.cache_max_bytes,
+            load_concurrency=config.manifest_load_concurrency,
+            store=store,
         )
         self.refresher = TableRefresher(
             catalog,
             refresh_interval_s=config.refresh_interval_s,
             idle_after_s=config.table_idle_ms / 1000.0,
             trust_events=config.trust_events and bool(config.brokers),
+            trusted_refresh_interval_s=max(
+                config.trusted_refresh_interval_ms, config.refresh_interval_ms
+            )
+            / 1000.0,
             clock=clock,
         )
-        self.plans = PlanStore(config.plan_ttl_ms / 1000.0, config.max_plans, clock)
+        self.plans = PlanStore(
+            config.plan_ttl_ms / 1000.0, config.max_plans, clock, config.plan_max_bytes
+        )
+        if plan_secret is None:
+            given = config.plan_secret.get_secret_value() if config.plan_secret else None
+            try:
+                plan_secret, configured = load_secret(given, config.plan_secret_file)
+            except SecretError as e:
+                raise ValidationError(f"invalid planner settings: {e}") from None
+            if not configured:
+                log.warning(
+                    "no %s or %s: plan-task tokens are valid on this replica only",
+                    SECRET_ENV,
+                    SECRET_FILE_ENV,
+                )
+        self.tokens = PlanTokens(plan_secret)
+        # Planning threads hold the GIL between Arrow kernels: a few at a time keep the
+        # event loop (and /healthz) responsive; more would only queue for the GIL.
+        self._cpu_slots = asyncio.Semaphore(config.planning_concurrency)
+        self.wall_clock = wall_clock
         self.consumer: ResultsConsumer | None = None
         if config.brokers:
             self.consumer = ResultsConsumer(
@@ -552,11 +675,11 @@ class PlannerService:
             )
         self._started = True
 
-    async def start(self) -> None:
+    async def start(self, *, reuse_port: bool = False) -> None:
         await self.start_background()
         runner = web.AppRunner(self.app(), access_log=None)
         await runner.setup()
-        site = web.TCPSite(runner, self.config.host, self.config.port)
+        site = web.TCPSite(runner, self.config.host, self.config.port, reuse_port=reuse_port)
         await site.start()
         self._runner = runner
         for address in runner.addresses:
@@ -589,7 +712,9 @@ class PlannerService:
     # -- routing --------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._middleware], client_max_size=8 << 20)
+        app = web.Application(
+            middlewares=[self._middleware], client_max_size=self.config.max_request_bytes
+        )
         base = f"/v1/{self.config.prefix}/" if self.config.prefix else "/v1/"
         ns = base + "namespaces/{namespace}"
         table = ns + "/tables/{table}"
@@ -626,31 +751,74 @@ class PlannerService:
         except ApiError as e:
             response = error_response(e.code, e.error_type, e.message, head=head)
         except web.HTTPException as e:
-            kind = "NotFoundException" if e.status == 404 else "HttpException"
-            if e.status == 405:
-                kind = "MethodNotAllowedException"
-            response = error_response(e.status, kind, e.reason, head=head)
+            response = self._http_error(request, e, head)
         except ValidationError as e:
             response = error_response(400, "BadRequestException", str(e), head=head)
         except NotFoundError as e:
             response = error_response(404, "NotFoundException", str(e), head=head)
         except InvalidFileError as e:
+            # Logged in full; the client is not told the server's file locations.
             log.error("%s %s: %s", request.method, request.path, e)
-            response = error_response(500, "InvalidFileException", str(e), head=head)
+            response = error_response(
+                500,
+                "InvalidFileException",
+                "a table file is invalid; see the planner's log",
+                head=head,
+            )
         except FileIOError as e:
             log.error("%s %s: storage failed: %s", request.method, request.path, e)
-            response = error_response(503, "ServiceUnavailableException", str(e), head=head)
+            response = error_response(
+                503,
+                "ServiceUnavailableException",
+                "table storage is unavailable; retry later (details in the planner's log)",
+                head=head,
+            )
         except IcefloeError as e:
             log.error("%s %s: %s", request.method, request.path, e)
-            response = error_response(500, "InternalServerError", str(e), head=head)
+            response = error_response(
+                500, "InternalServerError", "internal error; see the planner's log", head=head
+            )
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
             response = error_response(
                 500, "InternalServerError", "internal error; see the planner's log", head=head
             )
+        elapsed = time.perf_counter() - started
         self._requests.labels(route, request.method, str(response.status)).inc()
-        self._latency.labels(route).observe(time.perf_counter() - started)
+        self._latency.labels(route).observe(elapsed)
+        if self.config.access_log and access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                json.dumps(
+                    {
+                        "ts": round(self.wall_clock(), 3),
+                        "method": request.method,
+                        "path": request.path[:256],
+                        "route": route,
+                        "status": response.status,
+                        "ms": round(elapsed * 1000, 3),
+                        "bytes": response.content_length,
+                        "remote": request.remote,
+                    },
+                    separators=(",", ":"),
+                )
+            )
         return response
+
+    def _http_error(
+        self, request: web.Request, e: web.HTTPException, head: bool
+    ) -> web.StreamResponse:
+        if e.status == 405 and request.path.startswith("/v1/"):
+            return unsupported_operation(request, head=head)
+        if e.status == 413:
+            return error_response(
+                413,
+                "RequestEntityTooLargeException",
+                f"the request body exceeds {self.config.max_request_bytes} bytes "
+                "(ICEFLOE_PLANNER_MAX_REQUEST_BYTES); send a smaller filter",
+                head=head,
+            )
+        kind = "NotFoundException" if e.status == 404 else "HttpException"
+        return error_response(e.status, kind, e.reason, head=head)
 
     def _authorize(self, request: web.Request) -> None:
         token = self.config.token
@@ -669,18 +837,24 @@ class PlannerService:
 
     # -- config and documents -------------------------------------------------------------
 
+    def _planning_mode_config(self) -> dict[str, str]:
+        mode = self.config.scan_planning_mode
+        return {} if mode == "none" else {SCAN_PLANNING_MODE: mode}
+
     async def _config(self, request: web.Request) -> web.Response:
-        overrides = {SCAN_PLANNING_MODE: "server"}
+        overrides: dict[str, str] = {}
+        defaults: dict[str, str] = {}
+        planning = self._planning_mode_config()
+        (overrides if self.config.scan_planning_mode_forced else defaults).update(planning)
         if self.config.prefix:
             overrides["prefix"] = self.config.prefix
-        defaults = {}
         if self.config.warehouse:
             defaults["warehouse"] = self.config.warehouse
         return web.json_response(
             {
                 "defaults": defaults,
                 "overrides": overrides,
-                "endpoints": [f"{method} {path}" for method, path in ENDPOINTS],
+                "endpoints": advertised_endpoints(request.app.router, self.config.prefix),
             }
         )
 
@@ -758,9 +932,16 @@ class PlannerService:
         body = {
             "metadata-location": state.metadata_location,
             "metadata": metadata_json(state.metadata, snapshots),
-            "config": {SCAN_PLANNING_MODE: "server"},
+            "config": self._table_config(state.metadata),
         }
         return web.json_response(body, headers={"ETag": etag})
+
+    def _table_config(self, metadata: TableMetadata) -> dict[str, str]:
+        """The planner's scan-planning-mode unless the table's property sets its own."""
+        mode = metadata.properties.get(SCAN_PLANNING_MODE)
+        if mode in ("server", "client"):
+            return {SCAN_PLANNING_MODE: mode}
+        return self._planning_mode_config()
 
     async def _table_exists(self, request: web.Request) -> web.Response:
         await self._table(_table_identifier(request))
@@ -770,29 +951,57 @@ class PlannerService:
 
     async def _plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
-        body = await _json_body(request, required=False)
-        try:
-            req = PlanRequest.model_validate(body)
-        except pydantic.ValidationError as e:
-            raise _bad_request(f"invalid plan request: {_problems(e)}") from None
-        if req.snapshot_id is not None and (
-            req.start_snapshot_id is not None or req.end_snapshot_id is not None
-        ):
-            raise _bad_request(
-                "snapshot-id (point in time) and start/end-snapshot-id (incremental) exclude "
-                "each other"
-            )
-        if req.start_snapshot_id is not None and req.end_snapshot_id is None:
-            raise _bad_request("end-snapshot-id is required with start-snapshot-id")
-        row_filter = None if req.filter is None else parse_expression(req.filter)
+        raw = await request.read()
+        if len(raw) > OFFLOAD_BODY_BYTES:
+            req, row_filter = await asyncio.to_thread(_parse_plan_request, raw)
+        else:
+            req, row_filter = _parse_plan_request(raw)
+        plan = await self._make_plan(ident, req, row_filter)
+        snapshot_id = plan.snapshot.snapshot_id if plan.snapshot is not None else None
+        identity = self.tokens.issue(
+            table=_table_key(ident),
+            request=req.model_dump(by_alias=True, exclude_none=True),
+            snapshot_id=snapshot_id,
+            page_size=self.config.tasks_per_page,
+            expires_at=self.wall_clock() + self.config.plan_ttl_ms / 1000.0,
+        )
+        stored = self.plans.add(
+            ident, plan, identity.page_size, plan_id=identity.plan_id, key=identity.key
+        )
+        body_out = await self._completed(stored)
+        body_out["plan-id"] = stored.plan_id
+        return await _json_response(body_out)
+
+    async def _make_plan(
+        self,
+        ident: TableIdentifier,
+        req: PlanRequest,
+        row_filter: Any,
+        *,
+        pinned_snapshot: int | None = None,
+    ) -> ScanPlan:
         state = await self._table(ident)
+        async with self._cpu_slots:
+            return await self._plan_now(state, req, row_filter, pinned_snapshot)
+
+    async def _plan_now(
+        self,
+        state: TableState,
+        req: PlanRequest,
+        row_filter: Any,
+        pinned_snapshot: int | None,
+    ) -> ScanPlan:
+        incremental = req.start_snapshot_id is not None or req.end_snapshot_id is not None
+        snapshot_id, ref, as_of = req.snapshot_id, req.ref, req.as_of_timestamp_ms
+        if pinned_snapshot is not None and not incremental:
+            snapshot_id, ref, as_of = pinned_snapshot, None, None
         try:
             plan = await plan_scan(
                 state.metadata,
                 self.cache,
-                snapshot_id=req.snapshot_id,
-                ref=req.ref,
-                as_of_ms=req.as_of_timestamp_ms,
+                snapshot_id=snapshot_id,
+                ref=ref,
+                as_of_ms=as_of,
                 start_snapshot_id=req.start_snapshot_id,
                 end_snapshot_id=req.end_snapshot_id,
                 row_filter=row_filter,
@@ -807,37 +1016,75 @@ class PlannerService:
         self._planned.labels("selected").inc(counts.selected)
         self._planned.labels("pruned-by-partition").inc(counts.by_partition)
         self._planned.labels("pruned-by-metrics").inc(counts.by_metrics)
-        stored = self.plans.add(ident, plan, self.config.tasks_per_page)
-        body_out = await self._completed(stored)
-        body_out["plan-id"] = stored.plan_id
-        return web.json_response(body_out)
+        return plan
 
     async def _completed(self, stored: StoredPlan) -> dict[str, Any]:
-        page = await asyncio.to_thread(scan_tasks_json, stored.plan, 0, stored.page_size)
+        async with self._cpu_slots:
+            page = await asyncio.to_thread(scan_tasks_json, stored.plan, 0, stored.page_size)
         out: dict[str, Any] = {"status": "completed", **page}
         tokens = stored.tokens()
         if tokens:
             out["plan-tasks"] = tokens
         return out
 
-    def _stored(self, request: web.Request, ident: TableIdentifier) -> StoredPlan:
-        plan_id = request.match_info["plan_id"]
-        stored = self.plans.get(plan_id, ident)
-        if stored is None:
-            raise ApiError(
-                404, "NoSuchPlanIdException", f"plan {plan_id!r} of table {ident} does not exist"
+    async def _resolve(
+        self, ident: TableIdentifier, plan_id: str, error_type: str, what: str
+    ) -> StoredPlan:
+        """The plan a plan id names: held here, or planned again from its signed request."""
+
+        def missing(reason: str) -> ApiError:
+            return ApiError(404, error_type, f"{what} of table {ident} does not exist: {reason}")
+
+        try:
+            identity = self.tokens.open(plan_id, self.wall_clock())
+        except TokenError as e:
+            raise missing(str(e)) from None
+        if identity.table != _table_key(ident):
+            raise missing("it belongs to another table")
+        if self.plans.cancelled(identity.key):
+            raise missing("the plan was cancelled")
+        stored = self.plans.get(identity.key, ident)
+        if stored is not None:
+            return stored
+        if identity.request is None:
+            raise missing(
+                "the plan was made by another replica (or dropped) and its request was too "
+                "large to embed in the token; plan the scan again"
             )
-        return stored
+        try:
+            req, row_filter = await asyncio.to_thread(
+                _parse_plan_request, json.dumps(identity.request).encode("utf-8")
+            )
+        except ApiError:
+            raise missing("the plan's request no longer validates; plan the scan again") from None
+        plan = await self._make_plan(ident, req, row_filter, pinned_snapshot=identity.snapshot_id)
+        return self.plans.add(
+            ident, plan, identity.page_size, plan_id=identity.plan_id, key=identity.key
+        )
 
     async def _fetch_plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
-        stored = self._stored(request, ident)
-        return web.json_response(await self._completed(stored))
+        stored = await self._resolve(
+            ident, request.match_info["plan_id"], "NoSuchPlanIdException", "the plan"
+        )
+        body_out = await self._completed(stored)
+        return await _json_response(body_out)
 
     async def _cancel_plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
-        if not self.plans.remove(request.match_info["plan_id"], ident):
-            self._stored(request, ident)  # raises the 404
+        plan_id = request.match_info["plan_id"]
+        try:
+            identity = self.tokens.open(plan_id, self.wall_clock())
+        except TokenError as e:
+            raise ApiError(
+                404, "NoSuchPlanIdException", f"the plan of table {ident} does not exist: {e}"
+            ) from None
+        if identity.table != _table_key(ident) or self.plans.cancelled(identity.key):
+            raise ApiError(
+                404, "NoSuchPlanIdException", f"the plan of table {ident} does not exist"
+            )
+        self.plans.remove(identity.key, ident)
+        self.plans.cancel(identity.key)
         return web.Response(status=204)
 
     async def _fetch_tasks(self, request: web.Request) -> web.Response:
@@ -847,22 +1094,107 @@ class PlannerService:
             req = FetchTasksRequest.model_validate(body)
         except pydantic.ValidationError as e:
             raise _bad_request(f"invalid fetch-tasks request: {_problems(e)}") from None
-        plan_id, _, page_text = req.plan_task.rpartition(":")
-        stored = self.plans.get(plan_id, ident) if plan_id else None
-        page = int(page_text) if page_text.isdigit() else -1
-        if stored is None or not 1 <= page < stored.pages:
+        what = "the plan task"
+        try:
+            plan_id, page = parse_plan_task(req.plan_task)
+        except TokenError as e:
+            raise ApiError(
+                404, "NoSuchPlanTaskException", f"{what} of table {ident} does not exist: {e}"
+            ) from None
+        stored = await self._resolve(ident, plan_id, "NoSuchPlanTaskException", what)
+        if not 1 <= page < stored.pages:
             raise ApiError(
                 404,
                 "NoSuchPlanTaskException",
-                f"plan task {req.plan_task!r} of table {ident} does not exist (expired, "
-                "cancelled or never issued)",
+                f"{what} of table {ident} does not exist: the plan has pages 1 to "
+                f"{stored.pages - 1} besides the first",
             )
         start = page * stored.page_size
-        body_out = await asyncio.to_thread(
-            scan_tasks_json, stored.plan, start, start + stored.page_size
-        )
+        async with self._cpu_slots:
+            body_out = await asyncio.to_thread(
+                scan_tasks_json, stored.plan, start, start + stored.page_size
+            )
         self.plans.page_fetched(stored, page)
-        return web.json_response(body_out)
+        return await _json_response(body_out)
+
+
+def _table_key(ident: TableIdentifier) -> str:
+    return NAMESPACE_SEPARATOR.join((*ident.namespace, ident.name))
+
+
+def _parse_plan_request(raw: bytes) -> tuple[PlanRequest, Any]:
+    """Validate a planTableScan body and parse its filter (CPU work for big filters: called
+    in a worker thread for large bodies)."""
+    if not raw.strip():
+        body: Any = {}
+    else:
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise _bad_request(f"the request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise _bad_request("the request body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise _bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
+    try:
+        req = PlanRequest.model_validate(body)
+    except pydantic.ValidationError as e:
+        raise _bad_request(f"invalid plan request: {_problems(e)}") from None
+    if req.snapshot_id is not None and (
+        req.start_snapshot_id is not None or req.end_snapshot_id is not None
+    ):
+        raise _bad_request(
+            "snapshot-id (point in time) and start/end-snapshot-id (incremental) exclude each other"
+        )
+    if req.start_snapshot_id is not None and req.end_snapshot_id is None:
+        raise _bad_request("end-snapshot-id is required with start-snapshot-id")
+    try:
+        row_filter = None if req.filter is None else parse_expression(req.filter)
+    except RecursionError:
+        raise _bad_request("the filter is nested too deeply") from None
+    return req, row_filter
+
+
+async def _json_response(body: Any) -> web.Response:
+    """A JSON response, serialized in a worker thread when large (so the loop stays free)."""
+    tasks = body.get("file-scan-tasks") if isinstance(body, dict) else None
+    if tasks is not None and len(tasks) > 50:
+        text = await asyncio.to_thread(json.dumps, body)
+    else:
+        text = json.dumps(body)
+    return web.Response(text=text, content_type="application/json")
+
+
+def unsupported_operation(request: web.Request, *, head: bool = False) -> web.Response:
+    """406 UnsupportedOperationException for an operation this server does not implement
+    (the REST spec's answer, rather than 405). Modules adding routes may use it too."""
+    return error_response(
+        406,
+        "UnsupportedOperationException",
+        f"{request.method} {request.path[:200]} is not supported by this server; "
+        "GET /v1/config lists the supported endpoints",
+        head=head,
+    )
+
+
+def advertised_endpoints(router: web.UrlDispatcher, prefix: str) -> list[str]:
+    """``METHOD /v1/{prefix}/...`` for every REST route registered in ``router`` (so routes
+    that other modules register appear without being listed here)."""
+    base = f"/v1/{prefix}/" if prefix else "/v1/"
+    out: list[str] = []
+    for route in router.routes():
+        resource = route.resource
+        if resource is None or route.method == "*":
+            continue
+        path = resource.canonical
+        if not path.startswith(base) or path.rstrip("/") == "/v1/config":
+            continue
+        spec_path = "/v1/{prefix}/" + path[len(base) :]
+        spec_path = spec_path.replace("{plan_id}", "{plan-id}")
+        entry = f"{route.method} {spec_path}"
+        if entry not in out:
+            out.append(entry)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -870,7 +1202,7 @@ class PlannerService:
 # ---------------------------------------------------------------------------------------------
 
 
-async def serve(config: PlannerConfig) -> None:
+async def serve(config: PlannerConfig, *, reuse_port: bool = False) -> None:
     """Run until SIGINT or SIGTERM."""
     service = PlannerService(config)
     stop = asyncio.Event()
@@ -878,7 +1210,7 @@ async def serve(config: PlannerConfig) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
-    await service.start()
+    await service.start(reuse_port=reuse_port)
     try:
         await stop.wait()
     finally:
@@ -886,13 +1218,64 @@ async def serve(config: PlannerConfig) -> None:
         await service.catalog.close()
 
 
-async def run_from_args(args: Any) -> int:
-    from icefloe.planner_config import overrides_from_args
+def _worker(overrides: dict[str, Any]) -> None:
+    """One of ``workers`` processes: the same settings, the port shared (SO_REUSEPORT)."""
+    config = PlannerConfig.load(overrides)
+    _configure_logging(config)
+    asyncio.run(serve(config, reuse_port=True))
 
-    config = PlannerConfig.load(overrides_from_args(args))
+
+def _configure_logging(config: PlannerConfig) -> None:
     logging.basicConfig(
         level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+
+
+def serve_workers(config: PlannerConfig, overrides: dict[str, Any]) -> int:
+    """Run ``config.workers`` planner processes on one port (the kernel spreads connections).
+
+    Python plans on one core per process; processes share the decoded manifests through the
+    memory-mapped disk cache (``cache_dir``) and serve each other's plan tokens through the
+    shared plan secret (a random one for this host when none is configured).
+    """
+    import multiprocessing
+    import os
+    import secrets as _secrets
+
+    if config.port == 0:
+        raise ValidationError("ICEFLOE_PLANNER_WORKERS > 1 needs a fixed ICEFLOE_PLANNER_PORT")
+    if not config.plan_secret and not config.plan_secret_file:
+        os.environ["ICEFLOE_PLANNER_PLAN_SECRET"] = _secrets.token_hex(32)
+    if not config.cache_dir:
+        log.warning("ICEFLOE_PLANNER_CACHE_DIR is unset: each worker decodes manifests itself")
+    context = multiprocessing.get_context("spawn")
+    child = {**overrides, "workers": 1}
+    processes = [context.Process(target=_worker, args=(child,)) for _ in range(config.workers)]
+    for process in processes:
+        process.start()
+
+    def forward(signum: int, frame: Any) -> None:
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for process in processes:
+        process.join()
+    return max((p.exitcode or 0) for p in processes)
+
+
+async def run_from_args(args: Any) -> int:
+    from icefloe.planner_config import overrides_from_args
+
+    overrides = overrides_from_args(args)
+    config = PlannerConfig.load(overrides)
+    _configure_logging(config)
+    if config.workers > 1:
+        # The parent only supervises: blocking its (idle) loop on the main thread lets it
+        # install the signal handlers that forward SIGTERM to the workers.
+        return serve_workers(config, overrides)
     await serve(config)
     return 0
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -36,6 +36,12 @@ class PlannerConfig(BaseSettings):
     table_idle_ms: int = Field(
         3_600_000, ge=1000, description="forget tables nobody asked about for this long"
     )
+    trusted_refresh_interval_ms: int = Field(
+        300_000,
+        ge=100,
+        description="with trusted events, tables are still read from the catalog this often, "
+        "so commits by other writers become visible",
+    )
     trust_events: bool = Field(
         True,
         description="a caught-up results topic vouches for tables without events (set false "
@@ -44,18 +50,63 @@ class PlannerConfig(BaseSettings):
 
     # -- cache and plans ----------------------------------------------------------------------
     cache_max_bytes: int = Field(512 << 20, ge=0, description="manifest cache budget")
+    cache_dir: str | None = Field(
+        None,
+        description="directory for decoded manifests as Arrow IPC files (memory-mapped, "
+        "shared by processes, kept across restarts); unset: memory only",
+    )
+    cache_disk_max_bytes: int = Field(8 << 30, ge=0, description="budget of cache_dir")
     manifest_load_concurrency: int = Field(16, ge=1)
+    planning_concurrency: int = Field(
+        2, ge=1, le=256, description="plans pruned or pages serialized at once (threads)"
+    )
     tasks_per_page: int = Field(1000, ge=1, description="file scan tasks per response page")
     plan_ttl_ms: int = Field(600_000, ge=1000, description="how long a plan id stays valid")
     max_plans: int = Field(10_000, ge=1, description="plans kept at once (oldest dropped)")
+    plan_max_bytes: int = Field(
+        256 << 20,
+        ge=0,
+        description="memory for held plans' selected rows; past it the oldest are dropped "
+        "and planned again from their signed plan-task tokens when fetched",
+    )
+    max_request_bytes: int = Field(
+        1 << 20, ge=1024, description="largest request body (filters included): 413 above"
+    )
+    scan_planning_mode: Literal["server", "client", "none"] = Field(
+        "server",
+        description="advertised in /v1/config defaults and loadTable config ('none': not "
+        "advertised); a table property scan-planning-mode overrides it per table",
+    )
+    scan_planning_mode_forced: bool = Field(
+        False, description="advertise the mode as a config override rather than a default"
+    )
+    access_log: bool = Field(True, description="one JSON line per request on icefloe.access")
 
     # -- HTTP ---------------------------------------------------------------------------------
+    workers: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="processes serving the port (SO_REUSEPORT); set cache_dir so they share "
+        "decoded manifests",
+    )
     host: str = "0.0.0.0"
     port: int = Field(8181, ge=0, le=65535, description="0 picks a free port")
     prefix: str = Field(
         "", pattern=r"^[A-Za-z0-9._~-]*$", description="REST path prefix: /v1/{prefix}/..."
     )
     token: SecretStr | None = Field(None, description="bearer token clients must send")
+    plan_secret: SecretStr | None = Field(
+        None,
+        description="HMAC key signing plan ids and plan-task tokens; the same on every "
+        "replica so any replica serves any plan (environment only, no flag)",
+        json_schema_extra={"flag": False},
+    )
+    plan_secret_file: str | None = Field(
+        None,
+        description="file holding plan_secret (a mounted Secret); environment only",
+        json_schema_extra={"flag": False},
+    )
     warehouse: str | None = Field(None, description="advertised in the config defaults")
 
     # -- Kafka (optional) ---------------------------------------------------------------------

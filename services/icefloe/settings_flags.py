@@ -44,8 +44,9 @@ def add_arguments(
     Secrets get no flag (see the module docstring).
     """
     for name, info in settings.model_fields.items():
-        if is_secret(info):
-            continue
+        extra = info.json_schema_extra
+        if is_secret(info) or (isinstance(extra, dict) and extra.get("flag") is False):
+            continue  # a secret: the environment or a file only, never the command line
         flag = "--" + name.replace("_", "-")
         annotation = info.annotation
         text = info.description or ""

@@ -14,7 +14,15 @@ A table's state is "verified" at the time it was read from the catalog. When the
 topic is trusted (the coordinator is the only committer) and the consumer has read every
 event produced before time T, a state read before T is still current at T: the consumer
 would have applied any later commit. That extends the verification time, so with a healthy
-consumer tables are reloaded only when they change.
+consumer tables are reloaded rarely; but never for longer than ``trusted_refresh_interval_s``
+after the last read from the catalog, so commits by writers other than the coordinator
+become visible at that longer interval even while events are trusted.
+
+An event is a claim, not a fact: anyone able to write to the results topic could name
+another table's metadata. Before the planner moves a table to the metadata an event names,
+that metadata must be the same table (its ``table-uuid`` and ``location``) and the file must
+lie under the table's metadata directory; otherwise the event is rejected, logged, and the
+table is reloaded from the catalog instead.
 """
 
 from __future__ import annotations
@@ -60,6 +68,26 @@ def is_newer(candidate: TableMetadata, candidate_location: str, current: TableSt
     )
 
 
+def same_table_problem(
+    candidate: TableMetadata, candidate_location: str, current: TableState
+) -> str | None:
+    """Why ``candidate`` (read from ``candidate_location``) is not a version of ``current``'s
+    table, or None if it is: same table uuid, same location, and a metadata file under the
+    table's metadata directory (``write.metadata.path`` when set)."""
+    old = current.metadata
+    if candidate.table_uuid != old.table_uuid:
+        return f"its metadata has table-uuid {candidate.table_uuid}, the table {old.table_uuid}"
+    if candidate.location.rstrip("/") != old.location.rstrip("/"):
+        return f"its metadata has location {candidate.location!r}, the table {old.location!r}"
+    roots = {old.location.rstrip("/") + "/metadata/"}
+    custom = old.properties.get("write.metadata.path")
+    if custom:
+        roots.add(custom.rstrip("/") + "/")
+    if not any(candidate_location.startswith(r) for r in roots):
+        return f"{candidate_location!r} is not under the table's metadata directory"
+    return None
+
+
 class TableRefresher:
     """Holds the tables the planner serves; see the module docstring for freshness."""
 
@@ -70,10 +98,20 @@ class TableRefresher:
         refresh_interval_s: float,
         idle_after_s: float = 3600.0,
         trust_events: bool = True,
+        trusted_refresh_interval_s: float | None = None,
         clock: Clock = time.monotonic,
     ) -> None:
         if refresh_interval_s <= 0:
             raise ValidationError(f"refresh interval must be positive, got {refresh_interval_s}")
+        if trusted_refresh_interval_s is None:
+            trusted_refresh_interval_s = 10 * refresh_interval_s
+        if trusted_refresh_interval_s < refresh_interval_s:
+            raise ValidationError(
+                "the trusted refresh interval must be at least the refresh interval, got "
+                f"{trusted_refresh_interval_s} < {refresh_interval_s}"
+            )
+        self.trusted_refresh_interval_s = trusted_refresh_interval_s
+        self.rejected_events = 0
         self.catalog = catalog
         self.refresh_interval_s = refresh_interval_s
         self.idle_after_s = idle_after_s
@@ -96,7 +134,10 @@ class TableRefresher:
     def verified_at(self, state: TableState) -> float:
         confirmed = self._events_confirmed_at
         if self.trust_events and confirmed is not None and confirmed > state.loaded_at:
-            return confirmed
+            # Trusted events vouch for the table, but only so long: other writers' commits
+            # produce no event, so the catalog is read again at the longer interval.
+            ceiling = state.loaded_at + self.trusted_refresh_interval_s - self.refresh_interval_s
+            return min(confirmed, max(state.loaded_at, ceiling))
         return state.loaded_at
 
     def age(self, state: TableState) -> float:
@@ -191,6 +232,18 @@ class TableRefresher:
             with contextlib.suppress(IcefloeError):
                 await self._reload(ident, "event")
             return True
+        problem = same_table_problem(metadata, event.metadata_location, current)
+        if problem is not None:
+            self.rejected_events += 1
+            log.warning(
+                "rejecting table-committed event %s for %s: %s; reloading from the catalog",
+                event.event_id,
+                ident,
+                problem,
+            )
+            with contextlib.suppress(IcefloeError):
+                await self._reload(ident, "event")
+            return False
         if not is_newer(metadata, event.metadata_location, current):
             return False
         # The event's version was committed after the current state was read (it is newer),
@@ -348,4 +401,4 @@ class ResultsConsumer:
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
 
 
-__all__ = ["ResultsConsumer", "TableRefresher", "TableState", "is_newer"]
+__all__ = ["ResultsConsumer", "TableRefresher", "TableState", "is_newer", "same_table_problem"]

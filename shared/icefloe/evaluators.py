@@ -12,6 +12,10 @@ spec's order: ``str`` compares by code point (the same as UTF-8 bytes), ``bytes`
 per IEEE 754 (so ``-0.0 == 0.0`` and NaN compares false both ways, as the expressions
 spec requires of predicates).
 
+Metrics pruning keeps every file that may match under either IEEE 754 or Java's
+``Double.compare`` (where -0.0 < +0.0), so it agrees with Java's and PyIceberg's client-side
+planning: ``<`` and ``>`` against a zero, ``!=`` and ``NOT IN`` treat the zeros as distinct.
+
 The metrics evaluators only rely on bounds being *valid* bounds (lower <= every non-null,
 non-NaN value <= upper). Truncated string and binary bounds are valid bounds (a prefix for
 the lower one, an incremented prefix for the upper one), so they need no special case: a
@@ -305,6 +309,22 @@ def _manifest_leaf(pred: BoundPredicate) -> Test[_Decoded]:
 BoundsTest = Callable[[Any, Any, Any], bool]
 
 
+def _is_zero(v: Any) -> bool:
+    return isinstance(v, float) and v == 0.0
+
+
+def _total_less(a: Any, b: Any) -> bool:
+    """``a < b`` in Java's ``Double.compare`` order where it differs from IEEE: -0.0 < +0.0."""
+    return _is_zero(a) and _is_zero(b) and math.copysign(1.0, a) < 0.0 < math.copysign(1.0, b)
+
+
+def _total_equal(a: Any, b: Any) -> bool:
+    """Equality as Java's ``Double.compare`` == 0: -0.0 and +0.0 differ."""
+    if _is_zero(a) and _is_zero(b):
+        return math.copysign(1.0, a) == math.copysign(1.0, b)
+    return bool(a == b)
+
+
 def _bounds_test(op: Operation, lit: Any, absent_means_empty: bool) -> BoundsTest:
     """Might some value within the bounds satisfy ``op lit``? Shared by manifests and files.
 
@@ -314,8 +334,15 @@ def _bounds_test(op: Operation, lit: Any, absent_means_empty: bool) -> BoundsTes
     anything might).
     """
     absent = not absent_means_empty
+    zero = _is_zero(lit)
 
     if op is Operation.LT:
+        if zero:  # Double.compare: -0.0 < +0.0, so a -0.0 lower bound may match "< 0.0"
+            return lambda s, lower, upper: (
+                absent
+                if lower is None
+                else lower is _UNUSABLE or lower < lit or _total_less(lower, lit)
+            )
         return lambda s, lower, upper: (
             absent if lower is None else lower is _UNUSABLE or lower < lit
         )
@@ -324,6 +351,12 @@ def _bounds_test(op: Operation, lit: Any, absent_means_empty: bool) -> BoundsTes
             absent if lower is None else lower is _UNUSABLE or lower <= lit
         )
     if op is Operation.GT:
+        if zero:
+            return lambda s, lower, upper: (
+                absent
+                if upper is None
+                else upper is _UNUSABLE or upper > lit or _total_less(lit, upper)
+            )
         return lambda s, lower, upper: (
             absent if upper is None else upper is _UNUSABLE or upper > lit
         )
@@ -562,23 +595,28 @@ def _metrics_leaf(pred: BoundPredicate) -> Test[_FileStats]:
     if op is Operation.NOT_NAN:
         return lambda st: not st.all_nan(fid)
     if op is Operation.NOT_EQ or op is Operation.NOT_IN:
-        # Only a file holding nothing but the excluded value(s) cannot match.
+        # Only a file holding nothing but the excluded value(s) cannot match. Equality here
+        # is Java's Double.compare (-0.0 differs from 0.0), as in Java and PyIceberg: a file
+        # of -0.0s is kept for "!= 0.0", so server- and client-side planning agree.
         if isinstance(pred, BoundSetPredicate):
             excluded = pred.literals
+            zeros = {math.copysign(1.0, v) for v in excluded if _is_zero(v)}
 
             def single_value(lower: Any) -> bool:
+                if _is_zero(lower):
+                    return math.copysign(1.0, lower) in zeros
                 return lower in excluded
         else:
             literal = pred.literal if isinstance(pred, BoundLiteralPredicate) else None
 
             def single_value(lower: Any) -> bool:
-                return bool(lower == literal)
+                return _total_equal(lower, literal)
 
         def not_eq(st: _FileStats) -> bool:
             if not (st.no_nulls(ref) and st.no_nans(ref)):
                 return True
             _, lower, upper = st.bounds(ref)
-            return lower is None or lower != upper or not single_value(lower)
+            return lower is None or not _total_equal(lower, upper) or not single_value(lower)
 
         return not_eq
     if isinstance(pred, BoundSetPredicate):

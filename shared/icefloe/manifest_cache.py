@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import math
 import sys
 import threading
 import uuid
@@ -63,7 +65,9 @@ from icefloe.manifest import (
     read_manifest,
     read_manifest_metadata,
 )
+from icefloe.manifest_arrow import ArrowDecodeUnavailable, configured_decoder, decode_columns
 from icefloe.manifest_list import ManifestContent, ManifestFile, read_manifest_list
+from icefloe.manifest_store import ManifestStore
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 from icefloe.snapshot import Snapshot
@@ -90,6 +94,8 @@ from icefloe.types import (
     UUIDType,
 )
 from icefloe.values import from_bytes
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BYTES = 512 << 20
 DEFAULT_LOAD_CONCURRENCY = 16
@@ -375,8 +381,16 @@ class CachedManifest:
         manifest: ManifestFile,
         specs: Mapping[int, PartitionSpec],
         schema: Schema,
+        *,
+        decoder: str | None = None,
     ) -> CachedManifest:
-        """Decode a manifest's bytes (read with ``manifest``'s list row, for inheritance)."""
+        """Decode a manifest's bytes (read with ``manifest``'s list row, for inheritance).
+
+        ``decoder`` is ``duckdb`` (Arrow straight from DuckDB's Avro reader, falling back to
+        fastavro with a logged reason), ``fastavro`` (the reference path) or ``verify``
+        (both, raising :class:`ManifestDecodeMismatch` if they differ); None reads
+        ``ICEFLOE_MANIFEST_DECODER`` (:func:`~icefloe.manifest_arrow.configured_decoder`).
+        """
         location = manifest.manifest_path
         spec = specs.get(manifest.partition_spec_id)
         if spec is None:
@@ -384,8 +398,20 @@ class CachedManifest:
                 f"manifest {location} uses partition spec {manifest.partition_spec_id}, "
                 f"which the table does not have (specs: {sorted(specs)})"
             )
-        entries = read_manifest(data, location=location, manifest_file=manifest, spec_by_id=specs)
         partition_type = _writer_partition_type(data, location, spec, schema)
+        decoder = configured_decoder() if decoder is None else decoder
+        if decoder != "fastavro":
+            try:
+                decoded = decode_columns(data, manifest, spec, partition_type)
+            except ArrowDecodeUnavailable as unavailable:
+                log.warning("decoding %s with fastavro: %s", location, unavailable)
+            else:
+                arrow = cls(manifest, spec, partition_type, decoded[0], decoded[1], None)
+                if decoder == "verify":
+                    reference = cls.decode(data, manifest, specs, schema, decoder="fastavro")
+                    _same_columns(arrow, reference)
+                return arrow
+        entries = read_manifest(data, location=location, manifest_file=manifest, spec_by_id=specs)
         n = len(entries)
         status: list[int] = []
         snapshot_ids: list[int | None] = []
@@ -516,6 +542,28 @@ class CachedManifest:
 
     # -- materializing --------------------------------------------------------------------
 
+    def compact(self, indices: Any) -> CachedManifest:
+        """A new, uncached manifest holding only the given rows (in that order).
+
+        Plans keep these rather than the cached manifest, so a plan held for paging never
+        keeps a manifest alive after the cache evicted it, and its memory is that of the
+        rows it returns. Selecting every row returns the manifest itself (a copy would
+        hold the same bytes).
+        """
+        take = indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int64())
+        if len(take) == self.num_rows:
+            return self
+        columns = {name: pc.take(arr, take) for name, arr in self._columns.items()}
+        partitions = (
+            None if self._partitions is None else [pc.take(a, take) for a in self._partitions]
+        )
+        tuples = None
+        if self._tuples is not None:
+            tuples = [self._tuples[i] for i in take.to_pylist()]
+        return CachedManifest(
+            self.manifest, self.spec, self.partition_type, columns, partitions, tuples
+        )
+
     def rows(self, indices: Sequence[int] | Any) -> ManifestRows:
         """DataFiles (and data sequence numbers) of the given rows, in that order."""
         take = indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int64())
@@ -536,6 +584,42 @@ class CachedManifest:
         files = _data_files(cols, tuples, self.spec_id)
         seqs = [0 if s is None else s for s in cols["data_sequence_number"]]
         return ManifestRows(files, seqs)
+
+
+class ManifestDecodeMismatch(IcefloeError):
+    """The DuckDB and fastavro decodings of one manifest differ (``verify`` mode)."""
+
+
+def _same_columns(arrow: CachedManifest, reference: CachedManifest) -> None:
+    """Raise :class:`ManifestDecodeMismatch` unless both decodings hold the same values."""
+    where = arrow.path
+    if arrow.num_rows != reference.num_rows:
+        raise ManifestDecodeMismatch(
+            f"{where}: {arrow.num_rows} rows from DuckDB, {reference.num_rows} from fastavro"
+        )
+    for name, expected in reference._columns.items():
+        got = arrow._columns.get(name)
+        if got is None:
+            raise ManifestDecodeMismatch(f"{where}: DuckDB gave no column {name!r}")
+        if name in arrow._maps:
+            same = _map_dicts(got) == _map_dicts(expected)
+        else:
+            same = _same_values(got.to_pylist(), expected.to_pylist()) and got.type == expected.type
+        if not same:
+            raise ManifestDecodeMismatch(f"{where}: column {name!r} differs between decoders")
+    if not _same_values(arrow.partition_tuples(), reference.partition_tuples()):
+        raise ManifestDecodeMismatch(f"{where}: partition values differ between decoders")
+
+
+def _same_values(a: Any, b: Any) -> bool:
+    """Equality that takes NaN as equal to NaN (and tells -0.0 from 0.0)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return (math.isnan(a) and math.isnan(b)) or (
+            a == b and math.copysign(1, a) == math.copysign(1, b)
+        )
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b))
+    return bool(a == b) and type(a) is type(b)
 
 
 class _TupleList:
@@ -826,6 +910,15 @@ class _Stats:
         return _filled(pc.equal(self.counts("nan_value_counts"), 0), False)
 
 
+_SIGNED_ZERO_OPS = frozenset({Operation.LT, Operation.GT, Operation.NOT_EQ, Operation.NOT_IN})
+
+
+def _has_zero(pred: BoundPredicate) -> bool:
+    if isinstance(pred, BoundSetPredicate):
+        return any(v == 0.0 for v in pred.literals)
+    return isinstance(pred, BoundLiteralPredicate) and pred.literal == 0.0
+
+
 def metrics_leaf_mask(manifest: CachedManifest, pred: BoundPredicate) -> Any:
     """May each file hold rows matching ``pred``, by its metrics? Mirrors
     :class:`~icefloe.evaluators.MetricsEvaluator` predicate by predicate."""
@@ -853,6 +946,8 @@ def metrics_leaf_mask(manifest: CachedManifest, pred: BoundPredicate) -> Any:
             return pc.invert(st.all_nan())
         if op is Operation.STARTS_WITH or op is Operation.NOT_STARTS_WITH:
             raise _Unvectorizable
+        if _is_floating(t) and op in _SIGNED_ZERO_OPS and _has_zero(pred):
+            raise _Unvectorizable  # -0.0 vs 0.0 as Double.compare: the per-file evaluator
         lower, upper = st.lower(), st.upper()
         if op is Operation.NOT_EQ or op is Operation.NOT_IN:
             if isinstance(pred, BoundSetPredicate):
@@ -1090,6 +1185,7 @@ class ManifestCache:
         *,
         load_concurrency: int = DEFAULT_LOAD_CONCURRENCY,
         decode_in_thread: bool = True,
+        store: ManifestStore | None = None,
     ) -> None:
         if max_bytes < 0:
             raise ValidationError(f"cache max_bytes must be >= 0, got {max_bytes}")
@@ -1098,6 +1194,7 @@ class ManifestCache:
         self.io = io
         self.max_bytes = max_bytes
         self.decode_in_thread = decode_in_thread
+        self.store = store
         self._items: OrderedDict[str, Any] = OrderedDict()
         self._bytes = 0
         self._lock = threading.Lock()
@@ -1234,10 +1331,19 @@ class ManifestCache:
         path = manifest.manifest_path
 
         async def load() -> CachedManifest:
+            store = self.store
+            if store is not None:
+                found = await self._decode(_from_store, store, manifest, specs)
+                if found is not None:
+                    return found
             data = await self._read(path)
             cached: CachedManifest = await self._decode(
                 CachedManifest.decode, data, manifest, specs, schema
             )
+            if store is not None and cached._partitions is not None:
+                await self._decode(
+                    store.save, manifest, cached._columns, cached._partitions, cached.partition_type
+                )
             return cached
 
         value: CachedManifest = await self._load(path, load)
@@ -1251,6 +1357,21 @@ class ManifestCache:
     ) -> list[CachedManifest]:
         """Several manifests, loaded concurrently (reads bounded by ``load_concurrency``)."""
         return list(await asyncio.gather(*(self.manifest(m, specs, schema) for m in manifests)))
+
+
+def _from_store(
+    store: ManifestStore, manifest: ManifestFile, specs: Mapping[int, PartitionSpec]
+) -> CachedManifest | None:
+    """A manifest's columns memory-mapped from the on-disk store, or None if absent."""
+    spec = specs.get(manifest.partition_spec_id)
+    if spec is None:
+        return None  # decoding names the problem
+    stored = store.load(manifest)
+    if stored is None:
+        return None
+    return CachedManifest(
+        manifest, spec, stored.partition_type, stored.columns, stored.partitions, None
+    )
 
 
 def _decode_list(data: bytes, path: str) -> list[ManifestFile]:
@@ -1280,6 +1401,7 @@ __all__ = [
     "CachedManifest",
     "FilePruner",
     "ManifestCache",
+    "ManifestDecodeMismatch",
     "ManifestRows",
     "PruneCounts",
     "arrow_storage_type",

@@ -129,6 +129,11 @@ class ScanPlan:
         self._residuals: dict[int, ResidualEvaluator] = {}
 
     @property
+    def nbytes(self) -> int:
+        """Memory the plan holds: the selected rows' columns (see CachedManifest.compact)."""
+        return sum(s.manifest.nbytes for s in self._segments) + 64 * len(self._segments)
+
+    @property
     def specs(self) -> dict[int, PartitionSpec]:
         return self.metadata.specs()
 
@@ -296,13 +301,22 @@ async def plan_scan(
         appends = []
     schema = scan_schema(metadata, snapshot, use_snapshot_schema)
     expr = row_filter if row_filter is not None else AlwaysTrue()
-    bound = rewrite_not(expr if is_bound(expr) else bind(schema, expr, case_sensitive))
-    projected = schema.select(list(select), case_sensitive) if select else schema
-    stats_ids = (
-        field_ids_of(schema, stats_fields, case_sensitive, "stats-fields")
-        if stats_fields
-        else frozenset()
-    )
+
+    def prepare() -> tuple[BooleanExpression, Schema, frozenset[int]]:
+        # Binding a filter of a hundred thousand literals takes a while: off the loop.
+        bound = rewrite_not(expr if is_bound(expr) else bind(schema, expr, case_sensitive))
+        projected = schema.select(list(select), case_sensitive) if select else schema
+        stats_ids = (
+            field_ids_of(schema, stats_fields, case_sensitive, "stats-fields")
+            if stats_fields
+            else frozenset()
+        )
+        return bound, projected, stats_ids
+
+    if offload and row_filter is not None:
+        bound, projected, stats_ids = await asyncio.to_thread(prepare)
+    else:
+        bound, projected, stats_ids = prepare()
     specs = metadata.specs()
     metrics = ScanMetrics()
     deletes = DeleteFileIndex(specs, schema)
@@ -369,13 +383,21 @@ async def plan_scan(
     metrics.manifests = len(candidates)
     data_manifests: list[ManifestFile] = []
     delete_manifests: list[ManifestFile] = []
-    for m in candidates:
-        if not manifest_may_match(m):
-            metrics.manifests_skipped += 1
-        elif m.content == ManifestContent.DATA:
-            data_manifests.append(m)
-        else:
-            delete_manifests.append(m)
+
+    def split() -> None:
+        # Projecting the filter onto each spec and testing the summaries: CPU work.
+        for m in candidates:
+            if not manifest_may_match(m):
+                metrics.manifests_skipped += 1
+            elif m.content == ManifestContent.DATA:
+                data_manifests.append(m)
+            else:
+                delete_manifests.append(m)
+
+    if offload and (row_filter is not None or len(candidates) > 64):
+        await asyncio.to_thread(split)
+    else:
+        split()
 
     loaded_data = await source.manifests(data_manifests, specs, schema)
     loaded_deletes = await source.manifests(delete_manifests, specs, schema)
@@ -409,7 +431,8 @@ async def plan_scan(
             else:
                 selected = pruner.select(cached)
             if len(selected):
-                segments.append(_Segment(cached, selected))
+                kept = cached.compact(selected)  # a held plan must not pin the manifest
+                segments.append(_Segment(kept, kept.row_numbers()))
         _sum_counts(metrics.data_files, data_pruners.values())
         _sum_counts(metrics.delete_files, delete_pruners.values())
         return plan(segments)

@@ -189,6 +189,9 @@ async def make_client(world: World) -> AsyncIterator[Callable[..., Any]]:
     async def make(**overrides: Any) -> tuple[TestClient[Any, Any], PlannerService]:
         clock = overrides.pop("clock", None)
         kwargs: dict[str, Any] = {} if clock is None else {"clock": clock}
+        for extra in ("plan_secret", "wall_clock"):
+            if extra in overrides:
+                kwargs[extra] = overrides.pop(extra)
         catalog = FileSystemCatalog("planner", str(world.warehouse), LocalFileIO())
         service = PlannerService(config(world, **overrides), catalog, **kwargs)
         await service.start_background()
@@ -226,8 +229,8 @@ async def error_of(response: Any, code: int, error_type: str) -> str:
 async def test_config_advertises_exactly_the_implemented_endpoints(make_client: Any) -> None:
     client, _ = await make_client(warehouse="s3://wh")
     body = await (await client.get("/v1/config")).json()
-    assert body["overrides"] == {"scan-planning-mode": "server"}
-    assert body["defaults"] == {"warehouse": "s3://wh"}
+    assert body["overrides"] == {}
+    assert body["defaults"] == {"warehouse": "s3://wh", "scan-planning-mode": "server"}
     assert body["endpoints"] == [f"{m} {p}" for m, p in ENDPOINTS]
     for method, path in ENDPOINTS:
         concrete = path.replace("/v1/{prefix}/", "/v1/").replace("{namespace}", "db")
@@ -239,7 +242,8 @@ async def test_config_advertises_exactly_the_implemented_endpoints(make_client: 
 async def test_a_prefix_moves_every_route_and_is_advertised(make_client: Any) -> None:
     client, _ = await make_client(prefix="wh1")
     body = await (await client.get("/v1/config")).json()
-    assert body["overrides"] == {"scan-planning-mode": "server", "prefix": "wh1"}
+    assert body["overrides"] == {"prefix": "wh1"}
+    assert body["endpoints"] == [f"{m} {p}" for m, p in ENDPOINTS]
     assert (await client.get("/v1/wh1/namespaces")).status == 200
     await error_of(await client.get("/v1/namespaces"), 404, "NotFoundException")
 
@@ -336,7 +340,7 @@ async def test_plans_page_through_plan_tasks_and_carry_their_deletes(
     for t in tasks:
         path = t["data-file"]["file-path"]
         assert t["deletes"] == ([world.deletes[path]] if path in world.deletes else [])
-        assert t["residual-filter"] is True
+        assert "residual-filter" not in t  # the request's filter (none): omitted
         assert "lower-bounds" not in t["data-file"] and "value-counts" not in t["data-file"]
     # The plan can be fetched again and then released.
     plan_id = first["plan-id"]
@@ -367,7 +371,16 @@ async def test_filters_prune_and_residuals_use_the_term_form(make_client: Any) -
     _, b = await all_tasks(client, {"filter": legacy})
     assert [t["data-file"]["file-path"] for t in a] == [t["data-file"]["file-path"] for t in b]
     assert len(a) == 1
-    assert a[0]["residual-filter"] == {"type": "eq", "term": "id", "value": 5}
+    assert "residual-filter" not in a[0]  # equal to the request's filter: omitted
+    # A residual that differs from the filter (the partition proved the day) is sent.
+    both = {
+        "type": "and",
+        "left": {"type": "gt-eq", "term": "ts", "value": "1970-01-01T00:00:00"},
+        "right": {"type": "eq", "term": "id", "value": 5},
+    }
+    _, c = await all_tasks(client, {"filter": both})
+    assert [t["data-file"]["file-path"] for t in c] == [t["data-file"]["file-path"] for t in a]
+    assert c[0]["residual-filter"] == {"type": "eq", "term": "id", "value": 5}
     _, stats = await all_tasks(client, {"filter": legacy, "stats-fields": ["id"]})
     data_file = stats[0]["data-file"]
     assert data_file["lower-bounds"]["keys"] == [1]
@@ -439,7 +452,12 @@ async def test_malformed_bodies_and_unknown_tables(make_client: Any) -> None:
         404,
         "NoSuchPlanTaskException",
     )
-    await error_of(await client.put(BASE + "/plan"), 405, "MethodNotAllowedException")
+    await error_of(await client.put(BASE + "/plan"), 406, "UnsupportedOperationException")
+    await error_of(
+        await client.post("/v1/namespaces", json={"namespace": ["x"]}),
+        406,
+        "UnsupportedOperationException",
+    )
 
 
 async def test_a_plan_belongs_to_its_table(make_client: Any, world: World) -> None:
@@ -1103,7 +1121,11 @@ def test_the_planner_benchmark_runs_and_checks_its_plans_against_pyiceberg() -> 
     ctx = BenchContext(quick=True, repeat=1, sizes=sizes)
     figures = planner_benchmark(ctx)
     names = [f.name for f in figures]
-    assert len(names) == 3 * 3 * 2
+    assert len(names) == 3 * 3 * 3 + 1
     assert "20 selective warm" in names and "60 metrics-only cold" in names
-    assert all("pyiceberg plan_files" in f.peers for f in figures)
+    assert "40 full restarted" in names and "manifest decode (25 entries)" in names
+    plans = [f for f in figures if not f.name.startswith("manifest decode")]
+    assert all("pyiceberg plan_files" in f.peers for f in plans)
+    (decode,) = [f for f in figures if f.name.startswith("manifest decode")]
+    assert "pyiceberg manifest reader" in decode.peers
     assert sum("bytes per cached entry" in note for note in ctx.notes) == 3

@@ -52,6 +52,7 @@ from icefloe.manifest_cache import (
     values_to_arrow,
 )
 from icefloe.manifest_list import ManifestFile, write_manifest_list
+from icefloe.manifest_store import ManifestStore
 from icefloe.partition import PartitionSpec, PartitionSpecBuilder
 from icefloe.projection import inclusive_projection
 from icefloe.schema import Schema
@@ -713,3 +714,52 @@ def test_delete_files_round_trip_with_their_delete_fields() -> None:
     )
     cached = CachedManifest.decode(buffer.getvalue(), row, {0: spec}, SCHEMA)
     assert cached.rows([0, 1]).data_files == deletes
+
+
+# ---------------------------------------------------------------------------------------------
+# The on-disk store: a restarted cache is warm
+# ---------------------------------------------------------------------------------------------
+
+
+async def test_a_new_cache_over_the_same_store_reads_no_manifest(tmp_path: Any) -> None:
+    rows = _store_manifests(tmp_path, 3)
+    store_dir = tmp_path / "store"
+    first = ManifestCache(CountingIO(), 64 << 20, store=ManifestStore(store_dir, 64 << 20))
+    decoded = await first.manifests(rows, SPECS, SCHEMA)
+    assert len(list(store_dir.glob("*.arrow"))) == 3
+
+    io_ = CountingIO()
+    restarted = ManifestCache(io_, 64 << 20, store=ManifestStore(store_dir, 64 << 20))
+    mapped = await restarted.manifests(rows, SPECS, SCHEMA)
+    assert io_.reads == {}  # nothing read from storage, nothing decoded
+    assert restarted.store is not None and restarted.store.hits == 3
+    everything = list(range(20))
+    for a, b in zip(decoded, mapped):
+        assert repr(a.rows(everything)) == repr(b.rows(everything))
+        assert a.partition_type == b.partition_type
+    pruner = FilePruner(SCHEMA, AlwaysTrue(), AlwaysTrue())
+    assert pruner.select(mapped[0]).to_pylist() == pruner.select(decoded[0]).to_pylist()
+
+
+async def test_a_damaged_store_file_is_dropped_and_decoded_again(tmp_path: Any) -> None:
+    rows = _store_manifests(tmp_path, 1)
+    store = ManifestStore(tmp_path / "store", 64 << 20)
+    await ManifestCache(LocalFileIO(), 64 << 20, store=store).manifest(rows[0], SPECS, SCHEMA)
+    (stored,) = (tmp_path / "store").glob("*.arrow")
+    stored.write_bytes(stored.read_bytes()[:100])
+    io_ = CountingIO()
+    again = await ManifestCache(io_, 64 << 20, store=store).manifest(rows[0], SPECS, SCHEMA)
+    assert again.num_rows == 20 and io_.reads == {rows[0].manifest_path: 1}
+    assert store.load(rows[0]) is not None  # rewritten after the decode
+
+
+async def test_the_store_keeps_within_its_disk_budget(tmp_path: Any) -> None:
+    rows = _store_manifests(tmp_path, 6)
+    probe = ManifestStore(tmp_path / "probe", 64 << 20)
+    await ManifestCache(LocalFileIO(), 64 << 20, store=probe).manifest(rows[0], SPECS, SCHEMA)
+    one = probe.bytes
+    store = ManifestStore(tmp_path / "store", int(one * 3.5))
+    await ManifestCache(LocalFileIO(), 64 << 20, store=store).manifests(rows, SPECS, SCHEMA)
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "store").glob("*.arrow"))
+    assert on_disk <= one * 3.5 and on_disk == store.bytes
+    assert 1 <= len(list((tmp_path / "store").glob("*.arrow"))) <= 3

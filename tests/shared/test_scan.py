@@ -38,7 +38,7 @@ from icefloe.errors import NotFoundError, ValidationError
 from icefloe.expression_json import parse_expression
 from icefloe.expressions import AlwaysTrue, EqualTo, GreaterThan, IsNull, LessThan
 from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
+from icefloe.manifest_cache import CachedManifest, ManifestCache
 from icefloe.metadata_builder import LAST_ADDED, MetadataBuilder
 from icefloe.parquet import write_files
 from icefloe.partition import PartitionSpecBuilder
@@ -644,3 +644,30 @@ def test_equality_deletes_are_attached_by_sequence_number(tmp_path: Path) -> Non
         for t in older
     )
     assert all(t.delete_files == () for t in newer)
+
+
+def test_a_held_plan_pins_no_cached_manifest(built: Built) -> None:
+    """A plan keeps compact copies of its selected rows, so the cache's manifests die on
+    eviction and the plan's memory is that of what it returns."""
+    import gc
+    import weakref
+
+    async def run() -> tuple[ScanPlan, list[weakref.ref[Any]], ManifestCache]:
+        cache = ManifestCache(LocalFileIO())
+        p = await plan_scan(
+            built.table.metadata,
+            cache,
+            row_filter=parse_expression({"type": "not-null", "term": "category"}),
+        )
+        refs = [weakref.ref(v) for v in cache._items.values() if isinstance(v, CachedManifest)]
+        return p, refs, cache
+
+    p, refs, cache = asyncio.run(run())
+    before = [t.data_file.file_path for t in p.tasks()]
+    cache.clear()
+    gc.collect()
+    alive = [r for r in refs if r() is not None]
+    # Manifests all of whose rows were selected are shared, not copied; the rest are gone.
+    assert len(alive) < len(refs)
+    assert [t.data_file.file_path for t in p.tasks()] == before
+    assert p.nbytes > 0

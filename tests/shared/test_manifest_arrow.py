@@ -1,0 +1,223 @@
+"""DuckDB's Avro reader decodes manifests to exactly the columns the fastavro path makes.
+
+The fastavro path (:func:`icefloe.manifest.read_manifest`) is the reference; every manifest
+shape the writers produce is decoded both ways and compared column by column
+(``decoder="verify"``), and :func:`decode_columns` is called directly so a silent fallback
+cannot make a comparison vacuous.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import logging
+import uuid
+from decimal import Decimal
+
+import pytest
+
+from icefloe.datafile import DataFile, DataFileContent
+from icefloe.errors import InvalidFileError
+from icefloe.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriter
+from icefloe.manifest_arrow import ArrowDecodeUnavailable, configured_decoder, decode_columns
+from icefloe.manifest_cache import CachedManifest
+from icefloe.manifest_list import ManifestContent, ManifestFile
+from icefloe.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.schema import Schema
+from icefloe.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampNanoType,
+    TimestampType,
+    TimestamptzType,
+    TimeType,
+    UUIDType,
+)
+
+SCHEMA = Schema(
+    NestedField(1, "i", IntegerType()),
+    NestedField(2, "l", LongType(), required=True),
+    NestedField(3, "s", StringType()),
+    NestedField(4, "d", DoubleType()),
+    NestedField(5, "dt", DateType()),
+    NestedField(6, "dec", DecimalType(9, 2)),
+    NestedField(7, "u", UUIDType()),
+    NestedField(8, "b", BooleanType()),
+    NestedField(9, "bin", BinaryType()),
+    NestedField(10, "f", FloatType()),
+    NestedField(11, "ts", TimestampType()),
+    NestedField(12, "tstz", TimestamptzType()),
+    NestedField(13, "t", TimeType()),
+    NestedField(14, "fx", FixedType(3)),
+    NestedField(15, "tsn", TimestampNanoType()),
+)
+WIDE = (
+    PartitionSpecBuilder(SCHEMA)
+    .add_field("i", "identity")
+    .add_field("l", "bucket[8]")
+    .add_field("s", "truncate[2]")
+    .add_field("d", "identity")
+    .add_field("dt", "identity")
+    .add_field("dec", "identity")
+    .add_field("u", "identity")
+    .add_field("b", "identity")
+    .add_field("bin", "identity")
+    .add_field("f", "identity")
+    .add_field("ts", "identity")
+    .add_field("tstz", "hour")
+    .add_field("t", "identity")
+    .add_field("fx", "identity")
+    .add_field("tsn", "identity")
+    .build()
+)
+UNPARTITIONED = PartitionSpec.unpartitioned()
+WIDE_VALUES = [
+    (3, 1, "ab", -0.0, 19_000, Decimal("2.25"), uuid.UUID(int=7 << 100), True, b"\x00\xff",
+     1.5, 1_700_000_000_000_000, 470_000, 3_600_000_000, b"abc", 1_700_000_000_000_000_123),
+    (None,) * 15,
+    (-4, 7, "é", float("nan"), -3, Decimal("-99.99"), uuid.UUID(int=1), False, b"",
+     -0.0, 0, -2, 0, b"\x00\x00\x00", -1),
+]  # fmt: skip
+
+
+def _file(i: int, partition: tuple[object, ...], **extra: object) -> DataFile:
+    return DataFile(
+        file_path=f"s3://b/t/data/{i:05d}.parquet",
+        file_format="PARQUET" if i % 2 else "parquet",
+        partition=partition,
+        record_count=10 + i,
+        file_size_in_bytes=1000 + i,
+        column_sizes={1: 10, 2: 20} if i % 3 else None,
+        value_counts={1: 10 + i, 2: 10 + i},
+        null_value_counts={1: i % 2, 2: 0} if i % 4 else {},
+        nan_value_counts={4: 1} if i % 5 == 0 else None,
+        lower_bounds={2: (i).to_bytes(8, "little"), 3: b"a"},
+        upper_bounds={2: (i + 5).to_bytes(8, "little")} if i % 2 else None,
+        key_metadata=b"\x01key" if i % 3 == 0 else None,
+        split_offsets=[4, 100] if i % 2 else None,
+        sort_order_id=1 if i % 2 else None,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def _manifest(
+    spec: PartitionSpec,
+    version: int,
+    files: list[DataFile],
+    *,
+    content: ManifestContent = ManifestContent.DATA,
+    sequence_number: int = 9,
+    first_row_id: int | None = None,
+    existing: list[ManifestEntry] = (),  # type: ignore[assignment]
+    deleted: list[ManifestEntry] = (),  # type: ignore[assignment]
+) -> tuple[bytes, ManifestFile]:
+    buffer = io.BytesIO()
+    with ManifestWriter(
+        buffer, spec=spec, schema=SCHEMA, format_version=version, snapshot_id=42, content=content
+    ) as writer:
+        for f in files:
+            writer.add(f)
+        for e in existing:
+            writer.existing(e)
+        for e in deleted:
+            writer.delete(e)
+    row = writer.to_manifest_file("s3://b/t/metadata/m.avro", buffer.tell())
+    row = dataclasses.replace(row, sequence_number=sequence_number, first_row_id=first_row_id)
+    return buffer.getvalue(), row
+
+
+def _check(data: bytes, row: ManifestFile, spec: PartitionSpec) -> CachedManifest:
+    specs = {spec.spec_id: spec}
+    partition_type = spec.partition_type(SCHEMA)
+    columns, partitions = decode_columns(data, row, spec, partition_type)  # no fallback
+    assert len(columns["file_path"]) == len(partitions[0]) if partitions else True
+    verified = CachedManifest.decode(data, row, specs, SCHEMA, decoder="verify")
+    reference = CachedManifest.decode(data, row, specs, SCHEMA, decoder="fastavro")
+    everything = list(range(reference.num_rows))
+    # repr: NaN partition values are unequal to themselves, their reprs are not
+    assert repr(verified.rows(everything)) == repr(reference.rows(everything))
+    return verified
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+@pytest.mark.parametrize("spec", [WIDE, UNPARTITIONED], ids=["partitioned", "unpartitioned"])
+def test_duckdb_decodes_data_manifests_like_fastavro(version: int, spec: PartitionSpec) -> None:
+    values = WIDE_VALUES if spec is WIDE else [()] * 3
+    files = [_file(i, values[i % len(values)]) for i in range(12)]
+    data, row = _manifest(spec, version, files)
+    cached = _check(data, row, spec)
+    assert cached.num_rows == 12
+    assert cached.column("file_format").to_pylist()[:2] == ["parquet", "parquet"]
+
+
+def test_inheritance_of_sequence_numbers_snapshot_ids_and_row_ids() -> None:
+    files = [_file(i, WIDE_VALUES[0]) for i in range(5)]
+    data, row = _manifest(WIDE, 3, files, sequence_number=11, first_row_id=1000)
+    cached = _check(data, row, WIDE)
+    assert cached.column("data_sequence_number").to_pylist() == [11] * 5
+    assert cached.column("snapshot_id").to_pylist() == [42] * 5
+    counts = [10 + i for i in range(5)]
+    assert cached.column("first_row_id").to_pylist() == [1000 + sum(counts[:i]) for i in range(5)]
+
+
+def test_existing_and_deleted_entries_keep_their_own_sequence_numbers() -> None:
+    old = [
+        ManifestEntry(ManifestEntryStatus.ADDED, 7, 3, 4, _file(i, WIDE_VALUES[1]))
+        for i in range(4)
+    ]
+    data, row = _manifest(WIDE, 2, [_file(9, WIDE_VALUES[2])], existing=old[:2], deleted=old[2:])
+    cached = _check(data, row, WIDE)
+    assert cached.column("status").to_pylist() == [1, 0, 0, 2, 2]
+    assert cached.column("data_sequence_number").to_pylist() == [9, 3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_delete_manifests(version: int) -> None:
+    deletes = [
+        _file(0, WIDE_VALUES[0], content=DataFileContent.POSITION_DELETES),
+        _file(1, WIDE_VALUES[1], content=DataFileContent.EQUALITY_DELETES, equality_ids=[1, 2]),
+    ]
+    if version == 3:
+        deletes.append(
+            _file(
+                2,
+                WIDE_VALUES[2],
+                content=DataFileContent.POSITION_DELETES,
+                referenced_data_file="s3://b/t/data/00002.parquet",
+                content_offset=4,
+                content_size_in_bytes=40,
+            )
+        )
+        deletes[-1] = dataclasses.replace(deletes[-1], file_format="puffin")
+    data, row = _manifest(WIDE, version, deletes, content=ManifestContent.DELETES)
+    cached = _check(data, row, WIDE)
+    assert cached.column("content").to_pylist() == [1, 2, 1][: len(deletes)]
+
+
+def test_an_unreadable_file_falls_back_to_fastavro_which_names_the_defect(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    data, row = _manifest(WIDE, 2, [_file(i, WIDE_VALUES[0]) for i in range(3)])
+    truncated = data[: len(data) - 20]
+    with pytest.raises(ArrowDecodeUnavailable):
+        decode_columns(truncated, row, WIDE, WIDE.partition_type(SCHEMA))
+    with caplog.at_level(logging.WARNING), pytest.raises(InvalidFileError):
+        CachedManifest.decode(truncated, row, {WIDE.spec_id: WIDE}, SCHEMA, decoder="duckdb")
+    assert "decoding s3://b/t/metadata/m.avro with fastavro" in caplog.text
+
+
+def test_the_decoder_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ICEFLOE_MANIFEST_DECODER", "Verify")
+    assert configured_decoder() == "verify"
+    monkeypatch.setenv("ICEFLOE_MANIFEST_DECODER", "fast")
+    with pytest.raises(Exception, match="ICEFLOE_MANIFEST_DECODER must be one of"):
+        configured_decoder()

@@ -1,0 +1,164 @@
+"""-0.0 and +0.0 in metrics pruning follow Java's ``Double.compare`` (where -0.0 < +0.0), so
+a file kept by Java's or PyIceberg's client-side planning is never pruned server-side.
+
+The per-file evaluator and the vectorized pruner over cached manifests must agree, and both
+must keep every file that PyIceberg's inclusive metrics evaluator keeps, except a file that
+holds only the excluded zero (same sign) for ``!=``/``NOT IN``, whose rows match under no
+semantics.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from typing import Any
+
+import pytest
+
+from icefloe.binding import bind
+from icefloe.datafile import DataFile
+from icefloe.evaluators import MetricsEvaluator
+from icefloe.expression_json import parse_expression
+from icefloe.expressions import AlwaysTrue, rewrite_not
+from icefloe.manifest import ManifestWriter
+from icefloe.manifest_cache import CachedManifest, FilePruner
+from icefloe.partition import PartitionSpec
+from icefloe.schema import Schema
+from icefloe.types import DoubleType, NestedField
+
+SCHEMA = Schema(NestedField(1, "x", DoubleType()))
+BOUNDS = [(-0.0, -0.0), (0.0, 0.0), (-0.0, 0.0), (-1.0, -0.0), (0.0, 1.0)]
+FILTERS: list[dict[str, Any]] = [
+    {"type": "not-eq", "term": "x", "value": 0.0},
+    {"type": "not-eq", "term": "x", "value": -0.0},
+    {"type": "not-in", "term": "x", "values": [0.0]},
+    {"type": "not-in", "term": "x", "values": [-0.0, 5.0]},
+    {"type": "lt", "term": "x", "value": 0.0},
+    {"type": "lt", "term": "x", "value": -0.0},
+    {"type": "gt", "term": "x", "value": -0.0},
+    {"type": "gt", "term": "x", "value": 0.0},
+    {"type": "lt-eq", "term": "x", "value": -0.0},
+    {"type": "gt-eq", "term": "x", "value": 0.0},
+    {"type": "eq", "term": "x", "value": 0.0},
+    {"type": "in", "term": "x", "values": [-0.0]},
+]
+
+
+def _file(i: int, lo: float, hi: float) -> DataFile:
+    return DataFile(
+        file_path=f"f{i}.parquet",
+        file_format="parquet",
+        partition=(),
+        record_count=5,
+        file_size_in_bytes=10,
+        value_counts={1: 5},
+        null_value_counts={1: 0},
+        nan_value_counts={1: 0},
+        lower_bounds={1: struct.pack("<d", lo)},
+        upper_bounds={1: struct.pack("<d", hi)},
+    )
+
+
+def _java_may_match(expr: dict[str, Any], lo: float, hi: float) -> bool:
+    """Java's inclusive metrics evaluator, by ``Double.compare`` (a total order)."""
+
+    def key(v: float) -> tuple[float, float]:
+        return (v, 1.0 if str(v)[0] != "-" else -1.0)
+
+    op = expr["type"]
+    lo_k, hi_k = key(lo), key(hi)
+    if op in ("not-eq", "not-in"):
+        values = [expr["value"]] if op == "not-eq" else expr["values"]
+        return not (lo_k == hi_k and any(key(v) == lo_k for v in values))
+    if op in ("eq", "in"):
+        values = [expr["value"]] if op == "eq" else expr["values"]
+        return any(lo_k <= key(v) <= hi_k for v in values)
+    v = key(expr["value"])
+    return {"lt": lo_k < v, "lt-eq": lo_k <= v, "gt": hi_k > v, "gt-eq": hi_k >= v}[op]
+
+
+def _ieee_may_match(expr: dict[str, Any], lo: float, hi: float) -> bool:
+    op = expr["type"]
+    if op in ("not-eq", "not-in"):
+        values = [expr["value"]] if op == "not-eq" else expr["values"]
+        return not (lo == hi and lo in values)
+    if op in ("eq", "in"):
+        values = [expr["value"]] if op == "eq" else expr["values"]
+        return any(lo <= v <= hi for v in values)
+    v = expr["value"]
+    return {"lt": lo < v, "lt-eq": lo <= v, "gt": hi > v, "gt-eq": hi >= v}[op]
+
+
+def _cached(files: list[DataFile]) -> CachedManifest:
+    spec = PartitionSpec.unpartitioned()
+    buffer = io.BytesIO()
+    with ManifestWriter(
+        buffer, spec=spec, schema=SCHEMA, format_version=2, snapshot_id=1
+    ) as writer:
+        for f in files:
+            writer.add(f)
+    row = writer.to_manifest_file("m.avro", buffer.tell()).copy(sequence_number=1)
+    return CachedManifest.decode(buffer.getvalue(), row, {0: spec}, SCHEMA)
+
+
+@pytest.mark.parametrize(
+    "expr", FILTERS, ids=lambda e: f"{e['type']}-{e.get('value', e.get('values'))}"
+)
+def test_pruning_keeps_what_java_or_ieee_may_match(expr: dict[str, Any]) -> None:
+    files = [_file(i, lo, hi) for i, (lo, hi) in enumerate(BOUNDS)]
+    bound = rewrite_not(bind(SCHEMA, parse_expression(expr), True))
+    evaluator = MetricsEvaluator(SCHEMA, bound)
+    per_file = [evaluator.eval(f) for f in files]
+    expected = [_java_may_match(expr, lo, hi) or _ieee_may_match(expr, lo, hi) for lo, hi in BOUNDS]
+    assert per_file == expected
+    cached = _cached(files)
+    selected = FilePruner(SCHEMA, AlwaysTrue(), bound).select(cached)
+    assert [i in set(selected.to_pylist()) for i in range(len(files))] == expected
+
+
+@pytest.mark.parametrize(
+    "expr", FILTERS, ids=lambda e: f"{e['type']}-{e.get('value', e.get('values'))}"
+)
+def test_server_side_pruning_keeps_every_file_pyiceberg_keeps(expr: dict[str, Any]) -> None:
+    pytest.importorskip("pyiceberg")
+    from pydantic import TypeAdapter
+    from pyiceberg.expressions import BooleanExpression as PyExpr
+    from pyiceberg.expressions.visitors import _InclusiveMetricsEvaluator
+    from pyiceberg.manifest import DataFile as PyDataFile
+    from pyiceberg.manifest import DataFileContent, FileFormat
+    from pyiceberg.schema import Schema as PySchema
+    from pyiceberg.types import DoubleType as PyDouble
+    from pyiceberg.types import NestedField as PyField
+
+    py_schema = PySchema(PyField(1, "x", PyDouble(), required=False))
+    py_expr = TypeAdapter(PyExpr).validate_python(expr)
+    bound = rewrite_not(bind(SCHEMA, parse_expression(expr), True))
+    ours = MetricsEvaluator(SCHEMA, bound)
+    for i, (lo, hi) in enumerate(BOUNDS):
+        f = _file(i, lo, hi)
+        theirs = _InclusiveMetricsEvaluator(py_schema, py_expr).eval(
+            PyDataFile.from_args(
+                content=DataFileContent.DATA,
+                file_path=f.file_path,
+                file_format=FileFormat.PARQUET,
+                partition={},
+                record_count=5,
+                file_size_in_bytes=10,
+                value_counts=f.value_counts,
+                null_value_counts=f.null_value_counts,
+                nan_value_counts=f.nan_value_counts,
+                lower_bounds=f.lower_bounds,
+                upper_bounds=f.upper_bounds,
+            )
+        )
+        only_excluded = expr["type"] in ("not-eq", "not-in") and not _java_may_match(expr, lo, hi)
+        if theirs and not only_excluded:
+            assert ours.eval(f), (expr, lo, hi)
+
+
+def test_the_cached_path_agrees_on_a_plan() -> None:
+    files = [_file(i, lo, hi) for i, (lo, hi) in enumerate(BOUNDS)]
+    cached = _cached(files)
+    bound = rewrite_not(bind(SCHEMA, parse_expression(FILTERS[0]), True))
+    selected = FilePruner(SCHEMA, AlwaysTrue(), bound).select(cached).to_pylist()
+    assert selected == [0, 2, 3, 4]  # only the all-+0.0 file is pruned
