@@ -62,6 +62,7 @@ from icefloe.expression_json import expression_to_json, parse_expression
 from icefloe.manifest_cache import ManifestCache
 from icefloe.metadata import TableMetadata
 from icefloe.planner_config import PlannerConfig
+from icefloe.rest_catalog_config import RestCatalogSettings
 from icefloe.scan import ScanPlan, plan_scan
 from icefloe.service_http import ServiceHttp
 from icefloe.table_refresher import ResultsConsumer, TableRefresher, TableState
@@ -481,8 +482,11 @@ class PlannerService:
         *,
         registry: CollectorRegistry | None = None,
         clock: Callable[[], float] = time.monotonic,
+        rest: RestCatalogSettings | None = None,
     ) -> None:
         self.config = config
+        self.rest_settings = rest  # None: from ICEFLOE_REST_* (see icefloe.rest_catalog)
+        self.write_endpoints: list[tuple[str, str]] = []
         if catalog is None:
             from icefloe.catalog_uri import load_catalog
 
@@ -605,6 +609,9 @@ class PlannerService:
         r.add_get(table + "/plan/{plan_id}", self._fetch_plan, allow_head=False)
         r.add_delete(table + "/plan/{plan_id}", self._cancel_plan)
         r.add_post(table + "/tasks", self._fetch_tasks)
+        from icefloe.rest_catalog import register_write_routes
+
+        self.write_endpoints = register_write_routes(app, self, self.rest_settings)
         r.add_get("/openapi.yaml", self._openapi_document, allow_head=False)
         r.add_get("/openapi.json", self._openapi_document, allow_head=False)
         health = ServiceHttp(self.registry, ready=lambda: self.ready)
@@ -680,7 +687,9 @@ class PlannerService:
             {
                 "defaults": defaults,
                 "overrides": overrides,
-                "endpoints": [f"{method} {path}" for method, path in ENDPOINTS],
+                "endpoints": [
+                    f"{method} {path}" for method, path in (*ENDPOINTS, *self.write_endpoints)
+                ],
             }
         )
 

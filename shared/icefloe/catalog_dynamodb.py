@@ -31,8 +31,8 @@ from icefloe.errors import (
     AlreadyExistsError,
     CommitFailedError,
     IcefloeError,
+    NamespaceNotEmptyError,
     NotFoundError,
-    ValidationError,
 )
 from icefloe.fileio import FileIO
 
@@ -226,9 +226,9 @@ class DynamoDbCatalog(MetastoreCatalog):
         ns_tuple = parse_namespace(namespace)
         ns = ".".join(ns_tuple)
         if await self.list_tables(ns_tuple):
-            raise ValidationError(f"namespace {ns!r} is not empty")
+            raise NamespaceNotEmptyError(f"namespace {ns!r} is not empty")
         if await self.list_namespaces(ns_tuple):
-            raise ValidationError(f"namespace {ns!r} has child namespaces")
+            raise NamespaceNotEmptyError(f"namespace {ns!r} has child namespaces")
         db = await self._db()
         try:
             await db.delete_item(
