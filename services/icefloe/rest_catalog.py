@@ -404,7 +404,7 @@ class WriteRoutes:
             removed=removed,
         )
         return web.json_response(
-            {"updated": sorted(body.updates), "removed": removed, "missing": missing or None}
+            {"updated": sorted(body.updates), "removed": removed, "missing": missing}
         )
 
     # -- tables -----------------------------------------------------------------------------
