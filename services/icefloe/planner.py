@@ -357,11 +357,13 @@ def _refs(node: Any) -> Iterator[str]:
             yield from _refs(item)
 
 
-def trim_openapi(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The REST OpenAPI document cut down to :data:`ENDPOINTS` and what they reference,
+def trim_openapi(
+    spec: Mapping[str, Any], endpoints: tuple[tuple[str, str], ...] = ENDPOINTS
+) -> dict[str, Any]:
+    """The REST OpenAPI document cut down to ``endpoints`` and what they reference,
     with the planning request's extensions documented."""
     wanted: dict[str, set[str]] = {}
-    for method, path in (*ENDPOINTS, ("GET", "/v1/config")):
+    for method, path in (*endpoints, ("GET", "/v1/config")):
         wanted.setdefault(path, set()).add(method.lower())
     paths: dict[str, Any] = {}
     for path, item in spec["paths"].items():

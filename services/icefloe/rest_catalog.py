@@ -23,9 +23,12 @@ straight into its table state.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
@@ -226,6 +229,28 @@ def _snapshot_id(metadata: TableMetadata | None) -> int | None:
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
+# (method, path under /v1/{prefix}/, operation id, WriteRoutes method)
+ROUTES: tuple[tuple[str, str, str, str], ...] = (
+    ("POST", "namespaces", "createNamespace", "create_namespace"),
+    ("DELETE", "namespaces/{namespace}", "dropNamespace", "drop_namespace"),
+    (
+        "POST",
+        "namespaces/{namespace}/properties",
+        "updateProperties",
+        "update_namespace_properties",
+    ),
+    ("POST", "namespaces/{namespace}/tables", "createTable", "create_table"),
+    ("POST", "namespaces/{namespace}/register", "registerTable", "register_table"),
+    ("POST", "namespaces/{namespace}/tables/{table}", "updateTable", "update_table"),
+    ("DELETE", "namespaces/{namespace}/tables/{table}", "dropTable", "drop_table"),
+    ("POST", "tables/rename", "renameTable", "rename_table"),
+    ("POST", "transactions/commit", "commitTransaction", "commit_transaction"),
+)
+WRITE_ENDPOINTS: tuple[tuple[str, str], ...] = tuple(
+    (method, "/v1/{prefix}/" + path) for method, path, _, _ in ROUTES
+)
+OPENAPI_FILE = Path(__file__).with_name("rest_catalog_openapi.json")
+
 
 class WriteRoutes:
     """The write handlers over a planner service's catalog and table state."""
@@ -252,41 +277,12 @@ class WriteRoutes:
         app.middlewares.insert(0, auth_middleware(self.authority, self._is_write))
         app.router.add_post(OAUTH_PATH, self._oauth)
         base = f"/v1/{prefix}/" if prefix else "/v1/"
-        routes: list[tuple[str, str, Handler, str, bool]] = [
-            ("POST", "namespaces", self.create_namespace, "createNamespace", True),
-            ("DELETE", "namespaces/{namespace}", self.drop_namespace, "dropNamespace", True),
-            (
-                "POST",
-                "namespaces/{namespace}/properties",
-                self.update_namespace_properties,
-                "updateProperties",
-                True,
-            ),
-            ("POST", "namespaces/{namespace}/tables", self.create_table, "createTable", True),
-            ("POST", "namespaces/{namespace}/register", self.register_table, "registerTable", True),
-            (
-                "POST",
-                "namespaces/{namespace}/tables/{table}",
-                self.update_table,
-                "updateTable",
-                True,
-            ),
-            ("DELETE", "namespaces/{namespace}/tables/{table}", self.drop_table, "dropTable", True),
-            (
-                "POST",
-                "tables/rename",
-                self.rename_table,
-                "renameTable",
-                self.catalog.supports_rename,
-            ),
-            ("POST", "transactions/commit", self.commit_transaction, "commitTransaction", True),
-        ]
         advertised = []
-        for method, path, handler, operation, supported in routes:
-            wrapped = self._wrap(handler, operation)
+        for method, path, operation, attribute in ROUTES:
+            wrapped = self._wrap(getattr(self, attribute), operation)
             self._write_handlers.add(wrapped)
             app.router.add_route(method, base + path, wrapped)
-            if supported:
+            if operation != "renameTable" or self.catalog.supports_rename:
                 advertised.append((method, "/v1/{prefix}/" + path))
         self.endpoints = advertised
         return advertised
@@ -616,3 +612,28 @@ def register_write_routes(
         return []
     routes = WriteRoutes(service, settings)
     return routes.register(app, service.config.prefix)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m icefloe.rest_catalog openapi SPEC.yaml``: the write routes' OpenAPI document
+    (what ``rest_catalog_openapi.json`` holds; schemathesis fuzzes the server with it)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "openapi":
+        print("usage: python -m icefloe.rest_catalog openapi REST_SPEC.yaml", file=sys.stderr)
+        return 2
+    import yaml  # type: ignore[import-untyped]  # a development tool, not a dependency
+
+    from icefloe.planner import trim_openapi
+
+    with open(args[1], encoding="utf-8") as f:
+        spec = yaml.safe_load(f)
+    document = trim_openapi(spec, WRITE_ENDPOINTS)
+    document["info"]["title"] = (
+        "icefloe REST catalog writes (Apache Iceberg REST Catalog API subset)"
+    )
+    print(json.dumps(document, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -11,22 +11,27 @@ import asyncio
 import itertools
 import json
 import logging
+import threading
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from icefloe.catalog import Catalog
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.catalog_uri import load_catalog
 from icefloe.errors import ValidationError
 from icefloe.fileio import LocalFileIO
-from icefloe.planner import PlannerService
+from icefloe.planner import PlannerService, served_openapi
 from icefloe.planner_config import PlannerConfig
+from icefloe.rest_catalog import OPENAPI_FILE, WRITE_ENDPOINTS
 from icefloe.rest_catalog_config import RestCatalogSettings, parse_tokens
+from icefloe.schema import Schema
 
 READ = "reader-token-0001"
 WRITE = "writer-token-0001"
@@ -629,3 +634,149 @@ async def test_config_advertises_the_write_routes_and_they_can_be_disabled(
     )
     response = await read_only.post("/v1/namespaces", json={"namespace": ["db"]})
     assert response.status in (405, 406)
+
+
+# ---------------------------------------------------------------------------------------------
+# Fuzzing
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def threaded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The planner on a real port in its own thread, over a file-system catalog holding a
+    namespace ``db`` with a table ``t``, so fuzzed requests also reach existing objects."""
+    warehouse = tmp_path_factory.mktemp("fuzz")
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    holder: dict[str, Any] = {}
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+
+        async def start() -> None:
+            catalog = FileSystemCatalog("rest", str(warehouse), LocalFileIO())
+            await catalog.create_namespace("db")
+            await catalog.create_table("db.t", Schema.from_json(SCHEMA))
+            config = PlannerConfig(catalog=f"file://{warehouse}", host="127.0.0.1", port=0)
+            service = PlannerService(config, catalog, rest=RestCatalogSettings())
+            await service.start()
+            holder["service"] = service
+
+        loop.run_until_complete(start())
+        ready.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="rest-catalog-fuzz", daemon=True)
+    thread.start()
+    ready.wait()
+    service: PlannerService = holder["service"]
+    yield service.url
+    asyncio.run_coroutine_threadsafe(service.stop(), loop).result()
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join()
+    loop.close()
+
+
+def test_schemathesis_finds_no_server_errors_in_the_write_routes(threaded_server: str) -> None:
+    import requests
+    import schemathesis
+    from hypothesis import HealthCheck
+
+    document = served_openapi(json.loads(OPENAPI_FILE.read_text(encoding="utf-8")), "")
+    schema = schemathesis.openapi.from_dict(document)
+    operations = [result.ok() for result in schema.get_all_operations()]
+    assert len(operations) == len(WRITE_ENDPOINTS) + 1
+    session = requests.Session()
+    failures: list[str] = []
+    statuses: list[int] = []
+    for operation in operations:
+
+        @settings(
+            max_examples=30,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            database=None,
+        )
+        @given(case=operation.as_strategy())
+        def exercise(case: Any) -> None:
+            response = case.call(base_url=threaded_server, session=session, timeout=60)
+            statuses.append(response.status_code)
+            if response.status_code >= 500:
+                failures.append(
+                    f"{case.method} {case.formatted_path}: {response.status_code} "
+                    f"{response.text[:300]}"
+                )
+            elif response.status_code >= 400:
+                error = response.json()["error"]
+                assert error["code"] == response.status_code and error["type"], error
+
+        exercise()
+    assert failures == []
+    assert len(statuses) > 5 * len(operations)
+
+
+@given(
+    requirements=st.lists(
+        st.fixed_dictionaries(
+            {"type": st.sampled_from(["assert-create", "assert-current-schema-id", "x"])},
+            optional={
+                "current-schema-id": st.integers(-2, 3) | st.text(max_size=3),
+                "ref": st.text(max_size=4),
+                "snapshot-id": st.none() | st.integers(),
+            },
+        ),
+        max_size=3,
+    ),
+    updates=st.lists(
+        st.fixed_dictionaries(
+            {
+                "action": st.sampled_from(
+                    [
+                        "set-properties",
+                        "remove-properties",
+                        "set-current-schema",
+                        "add-schema",
+                        "set-location",
+                        "remove-snapshots",
+                        "set-snapshot-ref",
+                        "upgrade-format-version",
+                    ]
+                )
+            },
+            optional={
+                "updates": st.dictionaries(
+                    st.text(max_size=5), st.text(max_size=5) | st.integers()
+                ),
+                "removals": st.lists(st.text(max_size=5)),
+                "schema-id": st.integers(-2, 3),
+                "schema": st.just(SCHEMA) | st.just({"type": "struct", "fields": [{"id": 1}]}),
+                "location": st.text(max_size=10),
+                "snapshot-ids": st.lists(st.integers()),
+                "ref-name": st.text(max_size=4),
+                "snapshot-id": st.integers(),
+                "type": st.sampled_from(["branch", "tag", "x"]),
+                "format-version": st.integers(0, 4),
+            },
+        ),
+        max_size=4,
+    ),
+)
+@settings(max_examples=150, deadline=None, database=None)
+def test_fuzzed_commits_answer_200_400_404_or_409(
+    threaded_server: str, requirements: Any, updates: Any
+) -> None:
+    """Commits built from real action names with random fields: never a 5xx, and a refused
+    commit leaves the table where it was."""
+    import requests
+
+    url = f"{threaded_server}/v1/namespaces/db/tables/t"
+    before = requests.get(url, timeout=60).json()["metadata-location"]
+    response = requests.post(
+        url, json={"requirements": requirements, "updates": updates}, timeout=60
+    )
+    assert response.status_code in (200, 400, 404, 409), response.text
+    after = requests.get(url, timeout=60).json()["metadata-location"]
+    if response.status_code != 200:
+        assert after == before
+    else:
+        assert after == response.json()["metadata-location"]
