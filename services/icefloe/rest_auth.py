@@ -15,11 +15,14 @@ the snapshot and metadata file before and after.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hmac
 import json
 import logging
 import secrets
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -141,6 +144,20 @@ def principal_of(request: web.Request) -> Principal:
     return principal if isinstance(principal, Principal) else ANONYMOUS
 
 
+def _basic_credentials(header: str) -> tuple[str, str] | None:
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic" or not encoded.strip():
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    client_id, sep, client_secret = decoded.partition(":")
+    if not sep:
+        return None
+    return urllib.parse.unquote_plus(client_id), urllib.parse.unquote_plus(client_secret)
+
+
 def _oauth_error(status: int, error: str, description: str) -> web.Response:
     return web.json_response({"error": error, "error_description": description}, status=status)
 
@@ -157,6 +174,9 @@ async def oauth_tokens(authority: TokenAuthority, request: web.Request) -> web.R
             400, "unsupported_grant_type", f"only client_credentials is supported, got {grant!r}"
         )
     client_id, client_secret = form.get("client_id"), form.get("client_secret")
+    basic = _basic_credentials(request.headers.get("Authorization", ""))
+    if basic is not None:  # RFC 6749 2.3.1 client_secret_basic (DuckDB sends this)
+        client_id, client_secret = basic
     if not isinstance(client_id, str) or not isinstance(client_secret, str):
         return _oauth_error(400, "invalid_request", "client_id and client_secret are required")
     if not authority.enabled:

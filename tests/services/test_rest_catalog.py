@@ -8,6 +8,7 @@ REST spec defines, written out here, so each test shows the exact wire form it c
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import logging
@@ -586,6 +587,14 @@ async def test_oauth_client_credentials(make_client: Any) -> None:
         response = await client.post("/v1/oauth/tokens", data=bad)
         assert response.status == 401
         assert (await response.json())["error"] == "invalid_client"
+    # Credentials in a Basic header instead of the form (client_secret_basic), as DuckDB sends.
+    basic = base64.b64encode(f"ann:{WRITE}".encode()).decode()
+    response = await client.post(
+        "/v1/oauth/tokens",
+        data={"grant_type": "client_credentials"},
+        headers={"Authorization": f"Basic {basic}"},
+    )
+    assert response.status == 200
     response = await client.post("/v1/oauth/tokens", data={**form, "grant_type": "password"})
     assert (await response.json())["error"] == "unsupported_grant_type"
 
