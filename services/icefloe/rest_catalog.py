@@ -610,6 +610,15 @@ def register_write_routes(
     settings = settings or RestCatalogSettings.load()
     if not settings.writes:
         return []
+    if service.refresher.trust_events:
+        # The results topic vouches only for the coordinator's commits. REST commits made by
+        # this replica are served at once, but those made through another replica publish no
+        # event: without polling, this replica would never see them.
+        log.info(
+            "REST writes are enabled: tables are re-read every refresh interval even when "
+            "the results topic is caught up (ICEFLOE_PLANNER_TRUST_EVENTS is ignored)"
+        )
+        service.refresher.trust_events = False
     routes = WriteRoutes(service, settings)
     return routes.register(app, service.config.prefix)
 

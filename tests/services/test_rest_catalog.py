@@ -23,11 +23,12 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icefloe.catalog import Catalog
+from icefloe.catalog import Catalog, Table
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.catalog_uri import load_catalog
-from icefloe.errors import ValidationError
+from icefloe.errors import CommitStateUnknownError, FileIOError, ValidationError
 from icefloe.fileio import LocalFileIO
+from icefloe.metadata import TableMetadata
 from icefloe.planner import PlannerService, served_openapi
 from icefloe.planner_config import PlannerConfig
 from icefloe.rest_catalog import OPENAPI_FILE, WRITE_ENDPOINTS
@@ -48,32 +49,45 @@ SCHEMA = {
 Client = TestClient[Any, Any]
 
 
-def open_catalog(kind: str, warehouse: Path, redis_url: str | None) -> Catalog:
+def open_catalog(kind: str, warehouse: Path, server: str | None) -> Catalog:
     if kind == "fs":
         return FileSystemCatalog("rest", str(warehouse), LocalFileIO())
-    assert redis_url is not None
-    return load_catalog(f"{redis_url}?warehouse={warehouse}&prefix=t{uuid.uuid4().hex[:10]}")
+    assert server is not None
+    if kind == "dynamodb":
+        return load_catalog(
+            f"dynamodb://icefloe_{uuid.uuid4().hex[:8]}?endpoint={server}&region=us-east-1"
+            f"&warehouse={warehouse}&dynamodb.access-key-id=test&dynamodb.secret-access-key=test"
+        )
+    return load_catalog(f"{server}?warehouse={warehouse}&prefix=t{uuid.uuid4().hex[:10]}")
 
 
-@pytest.fixture(params=["fs", pytest.param("redis", marks=pytest.mark.integration)])
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.integration),
+        pytest.param("dynamodb", marks=pytest.mark.integration),
+    ]
+)
 def kind(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
 @pytest.fixture
-def redis_url(kind: str, request: pytest.FixtureRequest) -> str | None:
-    return str(request.getfixturevalue("redis_server")) if kind == "redis" else None
+def store_url(kind: str, request: pytest.FixtureRequest) -> str | None:
+    """The redis URL or the dynalite endpoint the catalog's pointers live in."""
+    fixture = {"redis": "redis_server", "dynamodb": "dynalite"}.get(kind)
+    return str(request.getfixturevalue(fixture)) if fixture else None
 
 
 @pytest.fixture
 async def make_client(
-    kind: str, redis_url: str | None, tmp_path: Path
+    kind: str, store_url: str | None, tmp_path: Path
 ) -> AsyncIterator[Callable[..., Any]]:
     clients: list[Client] = []
     catalogs: list[Catalog] = []
 
     async def make(**settings: Any) -> tuple[Client, PlannerService]:
-        catalog = open_catalog(kind, tmp_path / "wh", redis_url)
+        catalog = open_catalog(kind, tmp_path / "wh", store_url)
         catalogs.append(catalog)
         config = PlannerConfig(catalog=f"file://{tmp_path}", host="127.0.0.1", port=0)
         service = PlannerService(config, catalog, rest=RestCatalogSettings(**settings))
@@ -267,7 +281,7 @@ async def test_staged_create_commits_with_assert_create(make_client: Any) -> Non
 
 
 async def test_register_and_rename(make_client: Any, kind: str) -> None:
-    client, _ = await make_client()
+    client, service = await make_client()
     await client.post("/v1/namespaces", json={"namespace": ["db"]})
     await client.post("/v1/namespaces", json={"namespace": ["other"]})
     created = await create_table(client)
@@ -280,10 +294,12 @@ async def test_register_and_rename(make_client: Any, kind: str) -> None:
             "destination": {"namespace": ["other"], "name": "t2"},
         },
     )
-    if kind == "fs":
+    if not service.catalog.supports_rename:  # file-system and DynamoDB (no transactions)
         await error_of(response, 406, "UnsupportedOperationException")
         config = await (await client.get("/v1/config")).json()
         assert "POST /v1/{prefix}/tables/rename" not in config["endpoints"]
+        if kind != "fs":
+            return
         # Registering the same metadata elsewhere is refused: a file-system table lives at
         # its path, and that file's location is another table's.
         response = await client.post(
@@ -461,8 +477,8 @@ async def test_concurrent_compare_and_set_commits_are_linear(make_client: Any) -
     assert len(final["metadata-log"]) == len(successes)
 
 
-async def test_transactions(make_client: Any, kind: str) -> None:
-    client, _ = await make_client()
+async def test_transactions(make_client: Any) -> None:
+    client, service = await make_client()
     await client.post("/v1/namespaces", json={"namespace": ["db"]})
     a = await create_table(client, name="a")
     b = await create_table(client, name="b")
@@ -482,7 +498,7 @@ async def test_transactions(make_client: Any, kind: str) -> None:
     response = await client.post("/v1/transactions/commit", json=both)
     after_a = await (await client.get("/v1/namespaces/db/tables/a")).json()
     after_b = await (await client.get("/v1/namespaces/db/tables/b")).json()
-    if kind == "fs":
+    if not service.catalog.supports_multi_table_commits:
         await error_of(response, 406, "UnsupportedOperationException")
         assert after_a["metadata"]["properties"] == {"one": "1"}
         assert after_b["metadata-location"] == b["metadata-location"]
@@ -789,3 +805,40 @@ def test_fuzzed_commits_answer_200_400_404_or_409(
         assert after == before
     else:
         assert after == response.json()["metadata-location"]
+
+
+class FlakyCatalog(FileSystemCatalog):
+    """A catalog whose next commit fails the way a store can: unknown outcome or down."""
+
+    failure: Exception | None = None
+
+    async def commit(self, table: Table, new_metadata: TableMetadata) -> Table:
+        if self.failure is not None:
+            failure, self.failure = self.failure, None
+            raise failure
+        return await super().commit(table, new_metadata)
+
+
+async def test_unknown_outcomes_and_storage_failures_get_the_spec_answers(tmp_path: Path) -> None:
+    catalog = FlakyCatalog("flaky", str(tmp_path), LocalFileIO())
+    config = PlannerConfig(catalog=f"file://{tmp_path}", host="127.0.0.1", port=0)
+    service = PlannerService(config, catalog, rest=RestCatalogSettings())
+    async with TestClient(TestServer(service.app())) as client:
+        await client.post("/v1/namespaces", json={"namespace": ["db"]})
+        await create_table(client)
+        commit = {"requirements": [], "updates": [set_props(a="1")]}
+        catalog.failure = CommitStateUnknownError("the store timed out after the request")
+        response = await client.post("/v1/namespaces/db/tables/t", json=commit)
+        message = await error_of(response, 500, "CommitStateUnknownException")
+        assert "timed out" in message
+        catalog.failure = FileIOError("disk unavailable")
+        response = await client.post("/v1/namespaces/db/tables/t", json=commit)
+        await error_of(response, 503, "ServiceUnavailableException")
+        catalog.failure = RuntimeError("a bug")
+        response = await client.post("/v1/namespaces/db/tables/t", json=commit)
+        message = await error_of(response, 500, "InternalServerError")
+        assert "a bug" not in message and "Traceback" not in await response.text()
+        # The next attempt goes through, and only once.
+        response = await client.post("/v1/namespaces/db/tables/t", json=commit)
+        assert response.status == 200
+        assert len((await response.json())["metadata"]["metadata-log"]) == 1
