@@ -27,16 +27,18 @@ import json
 import logging
 import re
 import sys
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
 from icefloe.catalog import Namespace, Table, TableIdentifier
-from icefloe.commit import RetryPolicy
+from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.errors import (
     AlreadyExistsError,
     CommitFailedError,
@@ -252,6 +254,21 @@ WRITE_ENDPOINTS: tuple[tuple[str, str], ...] = tuple(
 OPENAPI_FILE = Path(__file__).with_name("rest_catalog_openapi.json")
 
 
+_LOST_SWAPS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+
+
+def _lost_swaps_counter(registry: CollectorRegistry) -> Counter:
+    """One counter per registry, however often the service builds its app."""
+    counter = _LOST_SWAPS.get(registry)
+    if counter is None:
+        counter = _LOST_SWAPS[registry] = Counter(
+            "icefloe_rest_lost_swaps",
+            "REST commits whose swap lost to another committer and were re-checked",
+            registry=registry,
+        )
+    return counter
+
+
 class WriteRoutes:
     """The write handlers over a planner service's catalog and table state."""
 
@@ -268,6 +285,8 @@ class WriteRoutes:
         )
         self._write_handlers: set[Handler] = set()
         self.endpoints: list[tuple[str, str]] = []
+        self.stats = CommitStats()
+        self._lost_swaps = _lost_swaps_counter(service.registry)
 
     # -- registration -----------------------------------------------------------------------
 
@@ -535,12 +554,17 @@ class WriteRoutes:
         for commit in commits:
             if not commit.creates:
                 await self._namespace_or_404(commit.identifier.namespace)
+        stats = CommitStats()
         try:
-            return await commit_table_changes(self.catalog, commits, self.policy)
+            return await commit_table_changes(self.catalog, commits, self.policy, stats)
         except NotFoundError as e:
             if "namespace" in str(e):
                 raise RestError(404, "NoSuchNamespaceException", str(e)) from None
             raise RestError(404, "NoSuchTableException", str(e)) from None
+        finally:
+            self._lost_swaps.inc(stats.conflicts)
+            self.stats.attempts += stats.attempts
+            self.stats.conflicts += stats.conflicts
 
     def _audit_commit(
         self, request: web.Request, operation: str, commit: TableCommit, outcome: CommitOutcome

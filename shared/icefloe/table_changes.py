@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from icefloe.catalog import Catalog, Table, TableChange, TableIdentifier
-from icefloe.commit import RetryPolicy
+from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.errors import (
     AlreadyExistsError,
     CommitFailedError,
@@ -112,7 +112,10 @@ def _build(commit: TableCommit, base: Table | None, attempt: int) -> TableChange
 
 
 async def commit_table_changes(
-    catalog: Catalog, commits: Sequence[TableCommit], policy: RetryPolicy = DEFAULT_POLICY
+    catalog: Catalog,
+    commits: Sequence[TableCommit],
+    policy: RetryPolicy = DEFAULT_POLICY,
+    stats: CommitStats | None = None,
 ) -> list[CommitOutcome]:
     """Check, apply and swap every commit together (one table, or several atomically).
 
@@ -128,8 +131,10 @@ async def commit_table_changes(
             f"catalog {catalog.name!r} ({type(catalog).__name__}) cannot commit "
             f"{len(commits)} tables atomically; commit them one at a time"
         )
+    stats = stats if stats is not None else CommitStats()
     attempt = 0
     while True:
+        stats.attempts += 1
         bases = [await _base(catalog, c) for c in commits]
         changes = [_build(c, b, attempt) for c, b in zip(commits, bases, strict=True)]
         pending = [
@@ -138,6 +143,7 @@ async def commit_table_changes(
         try:
             committed = await catalog.commit_tables(pending) if pending else []
         except (CommitFailedError, AlreadyExistsError) as e:
+            stats.conflicts += 1
             attempt += 1
             if attempt > policy.num_retries:
                 raise CommitFailedError(

@@ -651,6 +651,8 @@ async def test_config_advertises_the_write_routes_and_they_can_be_disabled(
         "POST /v1/{prefix}/transactions/commit",
     ):
         assert endpoint in endpoints
+    metrics = await (await client.get("/metrics")).text()
+    assert "icefloe_rest_lost_swaps_total 0.0" in metrics
     read_only, _ = await make_client(writes=False)
     endpoints = (await (await read_only.get("/v1/config")).json())["endpoints"]
     assert "POST /v1/{prefix}/namespaces" not in endpoints

@@ -14,7 +14,7 @@ import pytest
 
 from icefloe.catalog import Table, TableIdentifier
 from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.commit import RetryPolicy
+from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.errors import CommitFailedError, NotFoundError, UnsupportedOperationError
 from icefloe.fileio import LocalFileIO
 from icefloe.metadata import TableMetadata
@@ -66,8 +66,10 @@ async def test_a_lost_swap_is_retried_when_the_requirements_still_hold(
     commit = TableCommit.parse(
         T, [{"type": "assert-current-schema-id", "current-schema-id": 0}], [props(mine="1")]
     )
-    (outcome,) = await commit_table_changes(catalog, [commit], FAST)
+    stats = CommitStats()
+    (outcome,) = await commit_table_changes(catalog, [commit], FAST, stats)
     assert outcome.changed and catalog.swaps == 3
+    assert (stats.attempts, stats.conflicts) == (3, 2)
     table = await catalog.load_table(T)
     assert table.metadata.properties == {"rival": "1", "rival2": "1", "mine": "1"}
     assert table.metadata_location == outcome.table.metadata_location
