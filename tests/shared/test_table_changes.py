@@ -9,13 +9,19 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from uuid import uuid4
 
 import pytest
 
-from icefloe.catalog import Table, TableIdentifier
+from icefloe.catalog import Table, TableChange, TableIdentifier
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.commit import CommitStats, RetryPolicy
-from icefloe.errors import CommitFailedError, NotFoundError, UnsupportedOperationError
+from icefloe.errors import (
+    AlreadyExistsError,
+    CommitFailedError,
+    NotFoundError,
+    UnsupportedOperationError,
+)
 from icefloe.fileio import LocalFileIO
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import apply_updates
@@ -140,3 +146,77 @@ def test_create_transactions_may_add_the_spec_before_setting_the_schema() -> Non
     )
     assert metadata.spec().fields[0].source_id == 1
     assert metadata.current_schema_id == 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("store", ["redis", "dynamodb"])
+async def test_multi_table_swaps_are_all_or_nothing(
+    store: str, request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """One stale base among several: no table moves, and the new metadata files are removed."""
+    from icefloe.catalog_uri import load_catalog
+
+    if store == "redis":
+        uri = f"{request.getfixturevalue('redis_server')}?warehouse={tmp_path}&prefix=m{uuid4().hex[:8]}"
+    else:
+        moto = request.getfixturevalue("moto_s3")  # moto's DynamoDB has TransactWriteItems
+        uri = (
+            f"dynamodb://m{uuid4().hex[:8]}?endpoint={moto.endpoint_url}&region=us-east-1"
+            f"&warehouse={tmp_path}&dynamodb.access-key-id=test&dynamodb.secret-access-key=test"
+        )
+    catalog = load_catalog(uri)
+    try:
+        assert catalog.supports_multi_table_commits
+        await catalog.create_namespace("db")
+        a = await catalog.create_table("db.a", SCHEMA)
+        b = await catalog.create_table("db.b", SCHEMA)
+
+        def changed(table: Table, **values: str) -> TableMetadata:
+            return apply_updates(table.metadata, [props(**values)], table.metadata_location)
+
+        await catalog.commit(b, changed(b, rival="1"))  # b's base is now stale
+        files_before = {p for p in tmp_path.rglob("*.metadata.json")}
+        with pytest.raises(CommitFailedError):
+            await catalog.commit_tables(
+                [
+                    TableChange(a.identifier, a, changed(a, x="1")),
+                    TableChange(b.identifier, b, changed(b, x="1")),
+                ]
+            )
+        assert (await catalog.load_table("db.a")).metadata_location == a.metadata_location
+        assert "x" not in (await catalog.load_table("db.b")).metadata.properties
+        assert {p for p in tmp_path.rglob("*.metadata.json")} == files_before
+        # With fresh bases both move together, and a create rides along.
+        a, b = await catalog.load_table("db.a"), await catalog.load_table("db.b")
+        created = apply_updates(
+            None,
+            [
+                {"action": "assign-uuid", "uuid": str(uuid4())},
+                {"action": "add-schema", "schema": SCHEMA.to_json()},
+                {"action": "set-current-schema", "schema-id": -1},
+                {"action": "add-spec", "spec": {"fields": []}},
+                {"action": "set-default-spec", "spec-id": -1},
+                {"action": "add-sort-order", "sort-order": {"order-id": 0, "fields": []}},
+                {"action": "set-default-sort-order", "sort-order-id": -1},
+                {"action": "set-location", "location": f"{tmp_path}/db/c"},
+            ],
+        )
+        c = TableIdentifier(("db",), "c")
+        done = await catalog.commit_tables(
+            [
+                TableChange(a.identifier, a, changed(a, x="1")),
+                TableChange(b.identifier, b, changed(b, x="1")),
+                TableChange(c, None, created),
+            ]
+        )
+        assert [t.identifier.name for t in done] == ["a", "b", "c"]
+        for name in ("db.a", "db.b"):
+            assert (await catalog.load_table(name)).metadata.properties.get("x") == "1"
+        assert (await catalog.load_table("db.c")).metadata.table_uuid == created.table_uuid
+        # Renaming moves the pointer; the old name is gone, the new one already taken fails.
+        await catalog.rename_table("db.c", "db.d")
+        assert not await catalog.table_exists("db.c")
+        with pytest.raises(AlreadyExistsError):
+            await catalog.rename_table("db.d", "db.a")
+    finally:
+        await catalog.close()
