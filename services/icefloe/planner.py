@@ -72,6 +72,7 @@ from icefloe.plan_tokens import (
     parse_plan_task,
 )
 from icefloe.planner_config import PlannerConfig
+from icefloe.rest_catalog_config import RestCatalogSettings
 from icefloe.scan import ScanPlan, plan_scan
 from icefloe.service_http import ServiceHttp
 from icefloe.table_refresher import ResultsConsumer, TableRefresher, TableState
@@ -446,11 +447,13 @@ def _refs(node: Any) -> Iterator[str]:
             yield from _refs(item)
 
 
-def trim_openapi(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """The REST OpenAPI document cut down to :data:`ENDPOINTS` and what they reference,
+def trim_openapi(
+    spec: Mapping[str, Any], endpoints: tuple[tuple[str, str], ...] = ENDPOINTS
+) -> dict[str, Any]:
+    """The REST OpenAPI document cut down to ``endpoints`` and what they reference,
     with the planning request's extensions documented."""
     wanted: dict[str, set[str]] = {}
-    for method, path in (*ENDPOINTS, ("GET", "/v1/config")):
+    for method, path in (*endpoints, ("GET", "/v1/config")):
         wanted.setdefault(path, set()).add(method.lower())
     paths: dict[str, Any] = {}
     for path, item in spec["paths"].items():
@@ -573,8 +576,11 @@ class PlannerService:
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         plan_secret: bytes | None = None,
+        rest: RestCatalogSettings | None = None,
     ) -> None:
         self.config = config
+        self.rest_settings = rest  # None: from ICEFLOE_REST_* (see icefloe.rest_catalog)
+        self.write_endpoints: list[tuple[str, str]] = []
         if catalog is None:
             from icefloe.catalog_uri import load_catalog
 
@@ -730,6 +736,9 @@ class PlannerService:
         r.add_get(table + "/plan/{plan_id}", self._fetch_plan, allow_head=False)
         r.add_delete(table + "/plan/{plan_id}", self._cancel_plan)
         r.add_post(table + "/tasks", self._fetch_tasks)
+        from icefloe.rest_catalog import register_write_routes
+
+        self.write_endpoints = register_write_routes(app, self, self.rest_settings)
         r.add_get("/openapi.yaml", self._openapi_document, allow_head=False)
         r.add_get("/openapi.json", self._openapi_document, allow_head=False)
         health = ServiceHttp(self.registry, ready=lambda: self.ready)

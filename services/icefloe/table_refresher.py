@@ -199,6 +199,22 @@ class TableRefresher:
         self.reloads[reason] += 1
         return state
 
+    def committed(
+        self, identifier: TableIdentifier, metadata: TableMetadata, metadata_location: str
+    ) -> None:
+        """A commit this process just made (a REST write): serve it at once.
+
+        A load already under way may have read the table before the commit: it reloads.
+        """
+        if identifier in self._loading:
+            self._changed_while_loading.add(identifier)
+        current = self._states.get(identifier)
+        if current is not None and not is_newer(metadata, metadata_location, current):
+            return
+        now = self.clock()
+        self._states[identifier] = TableState(identifier, metadata, metadata_location, now)
+        self._last_used[identifier] = now
+
     def forget(self, identifier: TableIdentifier) -> None:
         self._states.pop(identifier, None)
         self._last_used.pop(identifier, None)

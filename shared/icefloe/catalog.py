@@ -13,7 +13,7 @@ import re
 import uuid
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +22,7 @@ from icefloe.errors import (
     CommitFailedError,
     CommitStateUnknownError,
     NotFoundError,
+    UnsupportedOperationError,
     ValidationError,
 )
 from icefloe.fileio import FileIO
@@ -99,6 +100,15 @@ class Table:
         self.metadata, self.metadata_location = fresh.metadata, fresh.metadata_location
         self.version_token = fresh.version_token
         return self
+
+
+@dataclass(frozen=True, slots=True)
+class TableChange:
+    """One table's part of a multi-table commit: ``base`` None creates the table."""
+
+    identifier: TableIdentifier
+    base: Table | None
+    new_metadata: TableMetadata
 
 
 def metadata_version(location: str | None) -> int:
@@ -217,6 +227,50 @@ class Catalog(ABC):
     @abstractmethod
     async def commit(self, table: Table, new_metadata: TableMetadata) -> Table:
         """Swap ``table``'s pointer from ``table.metadata_location`` to new metadata."""
+
+    # Capabilities the REST catalog advertises (and answers 406 for when missing).
+    supports_rename: bool = False
+    supports_multi_table_commits: bool = False
+
+    async def rename_table(
+        self, source: str | TableIdentifier, destination: str | TableIdentifier
+    ) -> None:
+        """Give a table a new identifier; its files stay where they are."""
+        raise UnsupportedOperationError(
+            f"catalog {self.name!r} ({type(self).__name__}) cannot rename tables"
+        )
+
+    async def create_table_with_metadata(
+        self, identifier: str | TableIdentifier, metadata: TableMetadata
+    ) -> Table:
+        """Create a table whose first metadata was built elsewhere (a REST staged create).
+
+        AlreadyExistsError if the table exists, NotFoundError if its namespace does not.
+        """
+        ident = TableIdentifier.parse(identifier)
+        if not await self.namespace_exists(ident.namespace):
+            raise NotFoundError(f"namespace {ident.namespace_name!r} does not exist")
+        location = await self._create_table_pointer(ident, metadata)
+        return Table(ident, metadata, location, self)
+
+    async def commit_tables(self, changes: Sequence[TableChange]) -> list[Table]:
+        """Commit several tables at once: all of them or none.
+
+        Catalogs that can swap several pointers in one conditional write override this and
+        set :attr:`supports_multi_table_commits`; the rest commit one table only and raise
+        UnsupportedOperationError for more, rather than commit some and fail the others.
+        """
+        if len(changes) != 1:
+            if not changes:
+                return []
+            raise UnsupportedOperationError(
+                f"catalog {self.name!r} ({type(self).__name__}) cannot commit "
+                f"{len(changes)} tables atomically; commit them one at a time"
+            )
+        change = changes[0]
+        if change.base is None:
+            return [await self.create_table_with_metadata(change.identifier, change.new_metadata)]
+        return [await self.commit(change.base, change.new_metadata)]
 
     async def load_table_at(
         self,
@@ -339,6 +393,70 @@ class MetastoreCatalog(Catalog):
         Returns the new version token. Raises CommitFailedError if the pointer moved; any other exception means the
         outcome is unknown.
         """
+
+    async def _swap_pointers(
+        self, swaps: Sequence[tuple[TableIdentifier, str | None, str | None, str]]
+    ) -> list[str | None]:
+        """Swap several pointers in one conditional write: ``(identifier, expected, token,
+        new)`` each, ``expected`` None to create the pointer. Returns the new tokens.
+
+        Raises CommitFailedError if any pointer moved (or exists, for a create) and
+        NotFoundError if a namespace is missing; any other exception leaves the outcome
+        unknown. Only stores with multi-key transactions implement it.
+        """
+        raise UnsupportedOperationError(
+            f"catalog {self.name!r} ({type(self).__name__}) cannot commit tables atomically"
+        )
+
+    async def commit_tables(self, changes: Sequence[TableChange]) -> list[Table]:
+        if len(changes) <= 1 or not self.supports_multi_table_commits:
+            return await super().commit_tables(changes)
+        if len({c.identifier for c in changes}) != len(changes):
+            raise ValidationError("a multi-table commit names the same table twice")
+        locations = [
+            new_metastore_metadata_location(
+                c.new_metadata, c.base.metadata_location if c.base else None
+            )
+            for c in changes
+        ]
+        for change, location in zip(changes, locations, strict=True):
+            await self.io.write_once(location, change.new_metadata.to_json_bytes())
+        swaps = [
+            (
+                c.identifier,
+                c.base.metadata_location if c.base else None,
+                c.base.version_token if c.base else None,
+                location,
+            )
+            for c, location in zip(changes, locations, strict=True)
+        ]
+        tokens: list[str | None] = [None] * len(changes)
+        try:
+            tokens = await self._swap_pointers(swaps)
+        except (CommitFailedError, AlreadyExistsError, NotFoundError):
+            for location in locations:
+                await self.io.delete(location)
+            raise
+        except Exception as e:
+            # One atomic write: the first table's pointer tells the fate of all of them.
+            outcome = await self._committed(changes[0].identifier, locations[0])
+            if outcome is None:
+                raise CommitStateUnknownError(
+                    f"commit of {len(changes)} tables could not be confirmed (the store "
+                    f"failed with: {e}); reload the tables before retrying"
+                ) from e
+            if not outcome:
+                raise CommitFailedError(
+                    f"commit of {len(changes)} tables was not applied: {e}"
+                ) from e
+        for change in changes:
+            if change.base is not None:
+                for stale in previous_files_to_delete(change.base.metadata, change.new_metadata):
+                    await self.io.delete(stale)
+        return [
+            Table(c.identifier, c.new_metadata, location, self, token)
+            for c, location, token in zip(changes, locations, tokens, strict=True)
+        ]
 
     async def load_table(self, identifier: str | TableIdentifier) -> Table:
         ident = TableIdentifier.parse(identifier)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aioboto3
@@ -31,8 +31,8 @@ from icefloe.errors import (
     AlreadyExistsError,
     CommitFailedError,
     IcefloeError,
+    NamespaceNotEmptyError,
     NotFoundError,
-    ValidationError,
 )
 from icefloe.fileio import FileIO
 
@@ -53,6 +53,9 @@ def _code(e: ClientError) -> str:
 
 
 class DynamoDbCatalog(MetastoreCatalog):
+    supports_rename = True
+    supports_multi_table_commits = True
+
     def __init__(
         self,
         name: str,
@@ -226,9 +229,9 @@ class DynamoDbCatalog(MetastoreCatalog):
         ns_tuple = parse_namespace(namespace)
         ns = ".".join(ns_tuple)
         if await self.list_tables(ns_tuple):
-            raise ValidationError(f"namespace {ns!r} is not empty")
+            raise NamespaceNotEmptyError(f"namespace {ns!r} is not empty")
         if await self.list_namespaces(ns_tuple):
-            raise ValidationError(f"namespace {ns!r} has child namespaces")
+            raise NamespaceNotEmptyError(f"namespace {ns!r} has child namespaces")
         db = await self._db()
         try:
             await db.delete_item(
@@ -343,6 +346,151 @@ class DynamoDbCatalog(MetastoreCatalog):
                 ) from None
             raise
         return new_token
+
+    def _key(self, identifier: TableIdentifier) -> dict[str, Any]:
+        return {
+            "identifier": {"S": str(identifier)},
+            "namespace": {"S": identifier.namespace_name},
+        }
+
+    def _namespace_check(self, namespace: str) -> dict[str, Any]:
+        return {
+            "ConditionCheck": {
+                "TableName": self.table_name,
+                "Key": {"identifier": {"S": NAMESPACE_ROW}, "namespace": {"S": namespace}},
+                "ConditionExpression": "attribute_exists(identifier)",
+            }
+        }
+
+    async def _transact(self, items: list[dict[str, Any]]) -> list[str]:
+        """Run TransactWriteItems; on cancellation, the reason code of each item (else [])."""
+        db = await self._db()
+        try:
+            await db.transact_write_items(TransactItems=items)
+        except ClientError as e:
+            if _code(e) != "TransactionCanceledException":
+                raise
+            reasons = e.response.get("CancellationReasons") or []
+            return [str(r.get("Code", "None")) for r in reasons] or ["Unknown"]
+        return []
+
+    async def _swap_pointers(
+        self, swaps: Sequence[tuple[TableIdentifier, str | None, str | None, str]]
+    ) -> list[str | None]:
+        """One TransactWriteItems: a conditional put per created table (and a check that its
+        namespace exists), a conditional update per committed one."""
+        items: list[dict[str, Any]] = []
+        tokens: list[str | None] = []
+        where: list[tuple[int, str]] = []  # item index → (swap index, what it checks)
+        for i, (ident, expected, token, new) in enumerate(swaps):
+            new_token = str(uuid.uuid4())
+            tokens.append(new_token)
+            if expected is None:
+                where.append((i, "namespace"))
+                items.append(self._namespace_check(ident.namespace_name))
+                where.append((i, "create"))
+                items.append(
+                    {
+                        "Put": {
+                            "TableName": self.table_name,
+                            "Item": {
+                                **self._key(ident),
+                                "v": {"S": new_token},
+                                "created_at": _now(),
+                                "updated_at": _now(),
+                                TABLE_TYPE: {"S": "ICEBERG"},
+                                METADATA_LOCATION: {"S": new},
+                                PREVIOUS_METADATA_LOCATION: {"S": ""},
+                            },
+                            "ConditionExpression": "attribute_not_exists(identifier)",
+                        }
+                    }
+                )
+                continue
+            if token is None:
+                current, token = await self._load_pointer(ident)
+                if current != expected or token is None:
+                    raise CommitFailedError(f"table {ident} was committed concurrently")
+            where.append((i, "commit"))
+            items.append(
+                {
+                    "Update": {
+                        "TableName": self.table_name,
+                        "Key": self._key(ident),
+                        "UpdateExpression": "SET #v = :new_v, #u = :u, #ml = :ml, #pml = :pml",
+                        "ConditionExpression": "#v = :v",
+                        "ExpressionAttributeNames": {
+                            "#v": "v",
+                            "#u": "updated_at",
+                            "#ml": METADATA_LOCATION,
+                            "#pml": PREVIOUS_METADATA_LOCATION,
+                        },
+                        "ExpressionAttributeValues": {
+                            ":v": {"S": token},
+                            ":new_v": {"S": new_token},
+                            ":u": _now(),
+                            ":ml": {"S": new},
+                            ":pml": {"S": expected},
+                        },
+                    }
+                }
+            )
+        reasons = await self._transact(items)
+        if not reasons:
+            return tokens
+        for (i, what), code in zip(where, reasons, strict=False):
+            if code != "ConditionalCheckFailed":
+                continue
+            ident = swaps[i][0]
+            if what == "namespace":
+                raise NotFoundError(f"namespace {ident.namespace_name!r} does not exist")
+            if what == "create":
+                raise CommitFailedError(f"table {ident} was created concurrently")
+            raise CommitFailedError(f"table {ident} was committed concurrently")
+        # Cancelled for another reason (a conflicting transaction, throttling): not applied.
+        raise CommitFailedError(f"the commit of {len(swaps)} tables was cancelled: {reasons}")
+
+    async def rename_table(
+        self, source: str | TableIdentifier, destination: str | TableIdentifier
+    ) -> None:
+        """One transaction: the new row is put, the old one deleted if unchanged since read."""
+        src, dst = TableIdentifier.parse(source), TableIdentifier.parse(destination)
+        item = await self._get(str(src), src.namespace_name)
+        if item is None or item.get(TABLE_TYPE, {}).get("S", "").lower() != "iceberg":
+            raise NotFoundError(f"table {src} does not exist")
+        if src == dst:  # one transaction cannot put and delete the same item
+            raise AlreadyExistsError(f"table {dst} already exists")
+        moved = {**item, **self._key(dst), "v": {"S": str(uuid.uuid4())}, "updated_at": _now()}
+        reasons = await self._transact(
+            [
+                self._namespace_check(dst.namespace_name),
+                {
+                    "Put": {
+                        "TableName": self.table_name,
+                        "Item": moved,
+                        "ConditionExpression": "attribute_not_exists(identifier)",
+                    }
+                },
+                {
+                    "Delete": {
+                        "TableName": self.table_name,
+                        "Key": self._key(src),
+                        "ConditionExpression": "#v = :v",
+                        "ExpressionAttributeNames": {"#v": "v"},
+                        "ExpressionAttributeValues": {":v": item["v"]},
+                    }
+                },
+            ]
+        )
+        if not reasons:
+            return
+        if reasons[0] == "ConditionalCheckFailed":
+            raise NotFoundError(f"namespace {dst.namespace_name!r} does not exist")
+        if len(reasons) > 1 and reasons[1] == "ConditionalCheckFailed":
+            raise AlreadyExistsError(f"table {dst} already exists")
+        if len(reasons) > 2 and reasons[2] == "ConditionalCheckFailed":
+            raise CommitFailedError(f"table {src} changed while it was renamed; retry")
+        raise IcefloeError(f"renaming {src} to {dst} was cancelled: {reasons}")
 
     async def drop_table(self, identifier: str | TableIdentifier, purge: bool = False) -> None:
         ident = TableIdentifier.parse(identifier)

@@ -36,7 +36,9 @@ from icefloe.errors import (
     AlreadyExistsError,
     CommitFailedError,
     CommitStateUnknownError,
+    NamespaceNotEmptyError,
     NotFoundError,
+    UnsupportedOperationError,
     ValidationError,
 )
 from icefloe.fileio import FileIO, LocalFileIO, parse_location
@@ -181,9 +183,9 @@ class FileSystemCatalog(Catalog):
         ns = parse_namespace(namespace)
         await self.load_namespace_properties(ns)
         if await self.list_tables(ns):
-            raise ValidationError(f"namespace {'.'.join(ns)!r} is not empty")
+            raise NamespaceNotEmptyError(f"namespace {'.'.join(ns)!r} is not empty")
         if await self.list_namespaces(ns):
-            raise ValidationError(f"namespace {'.'.join(ns)!r} has child namespaces")
+            raise NamespaceNotEmptyError(f"namespace {'.'.join(ns)!r} has child namespaces")
         marker = f"{self._ns_path(ns)}/{NAMESPACE_MARKER}"
         if await self.io.exists(marker):
             await self.io.delete(marker)
@@ -346,6 +348,14 @@ class FileSystemCatalog(Catalog):
                 version = newest
         except Exception:
             pass
+
+    async def rename_table(
+        self, source: str | TableIdentifier, destination: str | TableIdentifier
+    ) -> None:
+        raise UnsupportedOperationError(
+            f"file-system tables are found by their path, so renaming {source} would move "
+            "every file; tables that must be renamed belong in a Redis or DynamoDB catalog"
+        )
 
     async def drop_table(self, identifier: str | TableIdentifier, purge: bool = False) -> None:
         ident = TableIdentifier.parse(identifier)

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.asyncio import Redis
@@ -30,8 +30,8 @@ from icefloe.catalog import MetastoreCatalog, Namespace, TableIdentifier, parse_
 from icefloe.errors import (
     AlreadyExistsError,
     CommitFailedError,
+    NamespaceNotEmptyError,
     NotFoundError,
-    ValidationError,
 )
 from icefloe.fileio import FileIO
 
@@ -51,6 +51,50 @@ if current ~= ARGV[1] then return 0 end
 redis.call('HSET', KEYS[1], 'metadata_location', ARGV[2], 'previous_metadata_location', ARGV[1],
            'v', ARGV[3], 'updated_at', ARGV[4])
 return 1
+"""
+
+_RENAME_TABLE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if redis.call('SISMEMBER', KEYS[5], ARGV[2]) == 0 then return -2 end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+redis.call('RENAME', KEYS[1], KEYS[2])
+redis.call('HSET', KEYS[2], 'v', ARGV[4], 'updated_at', ARGV[5])
+redis.call('SREM', KEYS[3], ARGV[1])
+redis.call('SADD', KEYS[4], ARGV[3])
+return 1
+"""
+
+# KEYS: per table its hash and its namespace's table set, then the namespaces set.
+# ARGV: per table namespace, name, expected location ('' to create), new location, token;
+# then the time. Every check runs before any write: all tables move, or none.
+_SWAP_MANY = """
+local n = (#KEYS - 1) / 2
+local namespaces = KEYS[#KEYS]
+for i = 1, n do
+  local b = (i - 1) * 5
+  local current = redis.call('HGET', KEYS[2 * i - 1], 'metadata_location')
+  if ARGV[b + 3] == '' then
+    if current then return {0, i} end
+    if redis.call('SISMEMBER', namespaces, ARGV[b + 1]) == 0 then return {-2, i} end
+  else
+    if not current then return {-1, i} end
+    if current ~= ARGV[b + 3] then return {0, i} end
+  end
+end
+local now = ARGV[#ARGV]
+for i = 1, n do
+  local b = (i - 1) * 5
+  local key = KEYS[2 * i - 1]
+  if ARGV[b + 3] == '' then
+    redis.call('HSET', key, 'metadata_location', ARGV[b + 4], 'previous_metadata_location', '',
+               'v', ARGV[b + 5], 'created_at', now, 'updated_at', now)
+    redis.call('SADD', KEYS[2 * i], ARGV[b + 2])
+  else
+    redis.call('HSET', key, 'metadata_location', ARGV[b + 4],
+               'previous_metadata_location', ARGV[b + 3], 'v', ARGV[b + 5], 'updated_at', now)
+  end
+end
+return {1, 0}
 """
 
 _DROP_TABLE = """
@@ -73,6 +117,9 @@ def _now_ms() -> str:
 
 
 class RedisCatalog(MetastoreCatalog):
+    supports_rename = True
+    supports_multi_table_commits = True
+
     def __init__(
         self,
         name: str,
@@ -90,6 +137,8 @@ class RedisCatalog(MetastoreCatalog):
         self._swap = self.redis.register_script(_SWAP)
         self._drop_table = self.redis.register_script(_DROP_TABLE)
         self._drop_ns = self.redis.register_script(_DROP_NAMESPACE)
+        self._rename = self.redis.register_script(_RENAME_TABLE)
+        self._swap_many = self.redis.register_script(_SWAP_MANY)
 
     # -- keys -----------------------------------------------------------------------------
 
@@ -158,14 +207,14 @@ class RedisCatalog(MetastoreCatalog):
         ns = parse_namespace(namespace)
         name = ".".join(ns)
         if await self.list_namespaces(ns):
-            raise ValidationError(f"namespace {name!r} has child namespaces")
+            raise NamespaceNotEmptyError(f"namespace {name!r} has child namespaces")
         result = await self._drop_ns(
             keys=[self._namespaces_key, self._tables_key(ns), self._ns_key(ns)], args=[name]
         )
         if result == -1:
             raise NotFoundError(f"namespace {name!r} does not exist")
         if result == 0:
-            raise ValidationError(f"namespace {name!r} is not empty")
+            raise NamespaceNotEmptyError(f"namespace {name!r} is not empty")
 
     # -- tables -------------------------------------------------------------------------
 
@@ -215,6 +264,52 @@ class RedisCatalog(MetastoreCatalog):
                 f"table {identifier} was committed concurrently (pointer is no longer {expected})"
             )
         return new_token
+
+    async def _swap_pointers(
+        self, swaps: Sequence[tuple[TableIdentifier, str | None, str | None, str]]
+    ) -> list[str | None]:
+        keys: list[str] = []
+        args: list[str] = []
+        tokens: list[str | None] = []
+        for ident, expected, _token, new in swaps:
+            token = str(uuid.uuid4())
+            tokens.append(token)
+            keys += [self._table_key(ident), self._tables_key(ident.namespace)]
+            args += [ident.namespace_name, ident.name, expected or "", new, token]
+        result = await self._swap_many(keys=[*keys, self._namespaces_key], args=[*args, _now_ms()])
+        status, index = int(result[0]), int(result[1])
+        if status == 1:
+            return tokens
+        ident = swaps[index - 1][0]
+        if status == -2:
+            raise NotFoundError(f"namespace {ident.namespace_name!r} does not exist")
+        if status == -1:
+            raise CommitFailedError(f"table {ident} was dropped concurrently")
+        if swaps[index - 1][1] is None:
+            raise CommitFailedError(f"table {ident} was created concurrently")
+        raise CommitFailedError(f"table {ident} was committed concurrently")
+
+    async def rename_table(
+        self, source: str | TableIdentifier, destination: str | TableIdentifier
+    ) -> None:
+        """One script moves the pointer row: a concurrent commit to the old name then fails."""
+        src, dst = TableIdentifier.parse(source), TableIdentifier.parse(destination)
+        result = await self._rename(
+            keys=[
+                self._table_key(src),
+                self._table_key(dst),
+                self._tables_key(src.namespace),
+                self._tables_key(dst.namespace),
+                self._namespaces_key,
+            ],
+            args=[src.name, dst.namespace_name, dst.name, str(uuid.uuid4()), _now_ms()],
+        )
+        if result == -1:
+            raise NotFoundError(f"table {src} does not exist")
+        if result == -2:
+            raise NotFoundError(f"namespace {dst.namespace_name!r} does not exist")
+        if result == 0:
+            raise AlreadyExistsError(f"table {dst} already exists")
 
     async def drop_table(self, identifier: str | TableIdentifier, purge: bool = False) -> None:
         ident = TableIdentifier.parse(identifier)

@@ -46,6 +46,14 @@ class AlreadyExistsError(IcefloeError):
     """Create-if-absent found something already there (file, table, namespace)."""
 
 
+class NamespaceNotEmptyError(ValidationError):
+    """Dropping a namespace that still holds tables or child namespaces."""
+
+
+class UnsupportedOperationError(IcefloeError):
+    """The operation is valid but this catalog cannot do it (e.g. rename a file-system table)."""
+
+
 class CommitFailedError(IcefloeError):
     """The conditional swap lost: someone else committed first. Safe to reload and retry."""
 

@@ -294,6 +294,15 @@ class MetadataBuilder:
             raise ValidationError(f"{what}: the table has no current schema yet; add one first")
         return schema
 
+    def _binding_schema(self, what: str) -> Schema:
+        """The schema a new spec or sort order binds to: the current one, or while a table is
+        being created from updates, the schema added last. Create transactions may add the
+        spec before they set the current schema (DuckDB does; Java's builder accepts it)."""
+        creating = self._base is None and self._last_added_schema_id is not None
+        if creating and not any(s.schema_id == self._current_schema_id for s in self._schemas):
+            return next(s for s in self._schemas if s.schema_id == self._last_added_schema_id)
+        return self._current_schema(what)
+
     def _snapshot(self, snapshot_id: int) -> Snapshot | None:
         return next((s for s in self._snapshots if s.snapshot_id == snapshot_id), None)
 
@@ -416,7 +425,7 @@ class MetadataBuilder:
 
     def add_partition_spec(self, spec: PartitionSpec) -> MetadataBuilder:
         """Add a spec bound to the current schema, or reuse an identical one."""
-        _check_spec_binds(spec, self._current_schema("add-spec"), "add-spec")
+        _check_spec_binds(spec, self._binding_schema("add-spec"), "add-spec")
         if self._format_version == 1:
             expected = [PARTITION_FIELD_ID_START + i for i in range(len(spec.fields))]
             if [f.field_id for f in spec.fields] != expected:
@@ -466,7 +475,7 @@ class MetadataBuilder:
 
         The unsorted order always has id 0; sorted orders are numbered from 1.
         """
-        _check_order_binds(order, self._current_schema("add-sort-order"), "add-sort-order")
+        _check_order_binds(order, self._binding_schema("add-sort-order"), "add-sort-order")
         existing = next((o for o in self._sort_orders if o.same_order(order)), None)
         if existing is not None:
             order_id = existing.order_id
