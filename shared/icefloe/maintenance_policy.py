@@ -19,7 +19,7 @@ property                                               default      meaning
 ``icefloe.maintenance.rewrite-manifests.max-count``    100          rewrite manifests above
                                                                     this many, or
 ``icefloe.maintenance.rewrite-manifests.small-ratio``  0.5          when this share of at least
-``icefloe.maintenance.rewrite-manifests.min-count``    10           this many manifests is small
+``icefloe.maintenance.rewrite-manifests.min-count``    50           this many manifests is small
 ``icefloe.maintenance.compaction.min-candidates``      1            announce a compaction when
                                                                     it would rewrite this many
                                                                     groups of files or more
@@ -94,7 +94,7 @@ class MaintenancePolicy:
     orphan_interval_ms: int = DAY_MS
     manifests_max_count: int = 100
     manifests_small_ratio: float = 0.5
-    manifests_min_count: int = 10
+    manifests_min_count: int = 50
     compaction_min_candidates: int = 1
 
     @classmethod
