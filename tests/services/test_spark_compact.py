@@ -7,6 +7,7 @@ metadata (none lost, none twice) and in storage (nothing of a failed attempt lef
 
 from __future__ import annotations
 
+import json
 import threading
 import uuid
 from collections import Counter
@@ -335,3 +336,48 @@ def test_v3_tables_are_refused_clearly(spark: SparkSession, spark_stack: Any) ->
     _append(spark, spark_stack, name, 0, 3)
     with pytest.raises(CompactionUnsupportedError, match="row lineage"):
         ispark.compact(spark, name, config=spark_stack.config)
+
+
+def test_the_cli_compacts_and_reports_health(
+    spark: SparkSession,
+    spark_stack: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from icefloe.cli import main
+
+    name = _table(spark_stack)
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 9, 9)
+    config = spark_stack.config
+    for key, value in (
+        ("BROKERS", config.brokers),
+        ("EVENTS_TOPIC", config.events_topic),
+        ("RESULTS_TOPIC", config.results_topic),
+        ("DEAD_LETTER_TOPIC", config.dead_letter_topic),
+    ):
+        monkeypatch.setenv(f"ICEFLOE_{key}", value)
+    uri = spark_stack.catalog_uri
+
+    assert main(["table", "health", name, "--catalog", uri, "--min-retain-ms", "0"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert before["health"]["data_files"] == len(spark_stack.live_files(name))
+    assert before["health"]["small_file_ratio"] == 1.0
+    assert "compact" in {a["action"] for a in before["next"]}
+
+    code = main(["table", "compact", name, "--catalog", uri, "-o", "min_input_files=2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["added_data_files"] == 3
+
+    assert main(["table", "health", name, "--catalog", uri]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert after["health"]["data_files"] == 3
+    assert "compact" not in {a["action"] for a in after["next"]}
+    assert _ids(spark, spark_stack, name) == Counter(range(27))
+
+    # bad input is named, not a traceback
+    assert main(["table", "compact", name, "--catalog", uri, "-o", "min_input_files"]) == 1
+    assert "name=value" in capsys.readouterr().err
+    assert main(["table", "compact", name, "--catalog", uri, "-o", "bogus=1"]) == 1
+    assert "unknown compaction option" in capsys.readouterr().err
