@@ -103,12 +103,11 @@ def compact(catalog_uri: str, args: argparse.Namespace) -> dict[str, Any]:
             where = json.loads(args.where)
         except json.JSONDecodeError as e:
             raise ValidationError(f"--where is not JSON: {e}") from None
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     import icefloe.spark as ispark
     from icefloe.spark_compact import compact as run_compaction
-
-    from pyspark import SparkContext
 
     # A context already running in this process (any thread) is its owner's to stop.
     ours = getattr(SparkContext, "_active_spark_context", None) is None
