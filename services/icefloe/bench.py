@@ -60,6 +60,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "icefloe.bench_commits",
     "icefloe.bench_planner",
     "icefloe.bench_spark",
+    "icefloe.bench_compact",
     "icefloe.bench_coordinator",
 )
 
