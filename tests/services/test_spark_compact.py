@@ -35,6 +35,7 @@ from icefloe.spark_compact import (
     commit_compaction,
     stage_compaction,
 )
+from icefloe.spark_tasks import FAULT_PROPERTY
 from icefloe.types import DoubleType, LongType, NestedField, StringType
 
 pytestmark = pytest.mark.integration
@@ -309,6 +310,37 @@ def test_compaction_applies_equality_deletes_and_sorts(
     (only,) = spark_stack.live_files(name)
     ids = _ids_in(only)
     assert ids == sorted(ids, reverse=True)
+    # an independent reader agrees
+    from pyiceberg.table import StaticTable
+
+    table = spark_stack.load(name)
+    scanned = StaticTable.from_metadata(table.metadata_location).scan().to_arrow()
+    assert Counter(scanned.column("id").to_pylist()) == expected
+
+
+def test_a_failed_task_attempt_leaves_nothing_behind(spark: SparkSession, spark_stack: Any) -> None:
+    name = _table(spark_stack)
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 9, 9)
+    spark.sparkContext.setLocalProperty(FAULT_PROPERTY, "crash:1")
+    try:
+        staged = stage_compaction(
+            spark, name, options={"min_input_files": 2}, config=spark_stack.config
+        )
+    finally:
+        spark.sparkContext.setLocalProperty(FAULT_PROPERTY, None)  # type: ignore[arg-type]
+    assert staged.needs_listing
+    stored = {p for p in spark_stack.stored_files(name) if staged.job_id in p}
+    assert stored > staged.paths  # the dead attempt's files are still there
+    result = commit_compaction(staged)
+    assert result.added_data_files == 3
+    stored = {p for p in spark_stack.stored_files(name) if staged.job_id in p}
+    assert (
+        stored
+        == staged.paths
+        == {f.file_path for f in spark_stack.live_files(name) if staged.job_id in f.file_path}
+    )
+    assert _ids(spark, spark_stack, name) == Counter(range(27))
 
 
 async def _set_sort_order(stack: Any, name: str) -> None:
