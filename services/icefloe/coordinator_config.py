@@ -82,7 +82,7 @@ class CoordinatorConfig(BaseSettings):
     maintenance_min_retain_ms: int = Field(
         86_400_000,
         ge=0,
-        description="never expire snapshots younger than this (the dedup window)",
+        description="never expire snapshots younger than this: the exactly-once dedup window",
     )
     maintenance_topic: str = Field("icefloe.maintenance", min_length=1)
 
