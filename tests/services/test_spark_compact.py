@@ -413,3 +413,21 @@ def test_the_cli_compacts_and_reports_health(
     assert "name=value" in capsys.readouterr().err
     assert main(["table", "compact", name, "--catalog", uri, "-o", "bogus=1"]) == 1
     assert "unknown compaction option" in capsys.readouterr().err
+
+
+def test_rows_sort_by_the_sort_order_with_nulls_where_it_says() -> None:
+    from icefloe.spark_compact import sort_rows
+
+    rows = pa.table(
+        {
+            "id": pa.array([3, 1, 2, 4, 5], pa.int64()),
+            "cat": pa.array(["b", None, "a", "b", None], pa.large_string()),
+            "v": pa.array([0.5, 0.1, None, 0.2, 0.3], pa.float64()),
+        }
+    )
+    first = SortOrderBuilder(SCHEMA).asc("cat", null_order="nulls-first").desc("id").build()
+    assert sort_rows(rows, SCHEMA, first).column("id").to_pylist() == [5, 1, 2, 4, 3]
+    last = SortOrderBuilder(SCHEMA).desc("cat", null_order="nulls-last").asc("id").build()
+    assert sort_rows(rows, SCHEMA, last).column("id").to_pylist() == [3, 4, 2, 1, 5]
+    by_bucket = SortOrderBuilder(SCHEMA).asc("id", "truncate[2]").asc("v").build()
+    assert sort_rows(rows, SCHEMA, by_bucket).column("id").to_pylist() == [1, 2, 3, 4, 5]
