@@ -61,6 +61,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "icefloe.bench_planner",
     "icefloe.bench_planner_service",
     "icefloe.bench_spark",
+    "icefloe.bench_compact",
     "icefloe.bench_coordinator",
     "icefloe.bench_dedup",
 )

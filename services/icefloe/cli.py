@@ -127,8 +127,25 @@ async def cmd_table(args: argparse.Namespace) -> int:
         elif args.table_command == "list":
             for ident in await catalog.list_tables(args.namespace):
                 print(ident)
+        elif args.table_command in ("health", "maintain"):
+            from icefloe import maintenance_cli
+
+            action = (
+                maintenance_cli.health
+                if args.table_command == "health"
+                else (maintenance_cli.maintain)
+            )
+            _print_json(await action(catalog, args.table, args.min_retain_ms))
         return 0
 
+    if args.table_command == "compact":
+        from icefloe import maintenance_cli
+
+        # Spark drives its own event loop use (icefloe.spark's background loop): run it off
+        # this one.
+        result = await asyncio.to_thread(maintenance_cli.compact, _catalog_uri(args), args)
+        _print_json(result)
+        return 0
     return await _with_catalog(args, run)
 
 
@@ -197,7 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("namespace")
     ns.set_defaults(handler=cmd_namespace)
 
-    table = sub.add_parser("table", help="create, describe, list snapshots, expire, drop")
+    table = sub.add_parser(
+        "table", help="create, describe, list snapshots, expire, drop, health, compact"
+    )
     tsub = table.add_subparsers(dest="table_command", required=True)
     p = with_catalog(tsub.add_parser("create"))
     p.add_argument("table", help="namespace.table")
@@ -221,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--purge", action="store_true", help="also delete data and metadata files")
     p = with_catalog(tsub.add_parser("list"))
     p.add_argument("namespace")
+    from icefloe.maintenance_cli import add_arguments as add_maintenance_arguments
+
+    add_maintenance_arguments(tsub, with_catalog)
     table.set_defaults(handler=cmd_table)
 
     from icefloe.coordinator_config import add_arguments as add_coordinator_arguments

@@ -122,6 +122,7 @@ from icefloe.table_committer import (
     install_crash_points,
     source_key,
 )
+from icefloe.table_maintenance import MaintenanceRunner, producer_publish, settings_from
 
 log = logging.getLogger("icefloe.coordinator")
 
@@ -1050,6 +1051,15 @@ class Coordinator:
         self._lag_labels: set[str] = set()
         self.consumer: AIOKafkaConsumer | None = None
         self.producer: AIOKafkaProducer | None = None
+        # Maintenance of the tables this replica owns (icefloe.table_maintenance).
+        self.maintenance = MaintenanceRunner(
+            self.catalog,
+            settings_from(config),
+            self.metrics.registry,
+            lambda: [t for ps in self.partitions.values() if not ps.revoked for t in ps.tables],
+            publish=producer_publish(lambda: self.producer),
+            reader=self.reader,
+        )
 
     @property
     def ready(self) -> bool:
@@ -1097,6 +1107,7 @@ class Coordinator:
             self.consumer.subscribe([config.events_topic], listener=_Listener(self))
             await self.consumer.start()
             housekeeping = asyncio.create_task(self._housekeeping(), name="icefloe-offsets")
+            self.maintenance.start()
             try:
                 await self._consume()
                 await self._drain()
@@ -1111,6 +1122,7 @@ class Coordinator:
             await self._close()
 
     async def _close(self) -> None:
+        await self.maintenance.stop()
         for worker in self._workers():
             if worker.running and worker.task is not None:
                 worker.task.cancel()
@@ -1132,7 +1144,12 @@ class Coordinator:
             existing = set(await admin.list_topics())
             wanted = [
                 NewTopic(name, config.topic_partitions, config.topic_replication_factor)
-                for name in (config.events_topic, config.results_topic, config.dead_letter_topic)
+                for name in (
+                    config.events_topic,
+                    config.results_topic,
+                    config.dead_letter_topic,
+                    config.maintenance_topic,
+                )
                 if name not in existing
             ]
             if wanted:

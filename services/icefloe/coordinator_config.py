@@ -86,6 +86,16 @@ class CoordinatorConfig(BaseSettings):
         ),
     )
 
+    # -- maintenance (icefloe.table_maintenance; the policy is in table properties) ----------
+    maintenance_enabled: bool = Field(True, description="maintain owned tables by their policy")
+    maintenance_interval_ms: int = Field(300_000, ge=100, description="per table")
+    maintenance_min_retain_ms: int = Field(
+        86_400_000,
+        ge=0,
+        description="never expire snapshots younger than this: the exactly-once dedup window",
+    )
+    maintenance_topic: str = Field("icefloe.maintenance", min_length=1)
+
     # -- service ----------------------------------------------------------------------------
     http_host: str = "0.0.0.0"
     http_port: int = Field(9464, ge=0, le=65535, description="0 picks a free port")

@@ -1509,6 +1509,13 @@ def read(
     return _map_in_arrow(tasks_df, functools.partial(read_task, job), out_schema)
 
 
+def compact(spark: SparkSession, table: str | TableIdentifier, **kwargs: Any) -> Any:
+    """Compact ``table`` through the coordinator: :func:`icefloe.spark_compact.compact`."""
+    from icefloe.spark_compact import compact as run_compaction
+
+    return run_compaction(spark, table, **kwargs)
+
+
 __all__ = [
     "CommitChannel",
     "PlannerClient",
@@ -1517,6 +1524,7 @@ __all__ = [
     "StagedWrite",
     "check_dataframe_schema",
     "commit_staged",
+    "compact",
     "foreach_batch_sink",
     "iceberg_to_spark_type",
     "read",

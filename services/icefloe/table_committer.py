@@ -1096,6 +1096,8 @@ class _UnitsProducer(SnapshotProducer):
                     self.delete_where(replace_partitions_filter(data_files))
             elif request.operation == CommitOperation.REWRITE:
                 self.delete_files(request.rewritten_files)
+                # Validate by sequence number from the snapshot the rewrite read.
+                self.validate_from_snapshot(request.base_snapshot_id)
 
     async def build(self, table: Table) -> TableMetadata:
         await self.committer.check_units(table, self.units)

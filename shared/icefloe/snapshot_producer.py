@@ -13,8 +13,21 @@ delete             removes files by path or by a row filter     removed paths st
 row delta          adds data and delete files (v2+); on v3,       deleted rows' data files
                    deletion vectors, merged with the DV (or          still live
                    position deletes) each data file has
-rewrite            replaces files with files of the same rows   every replaced file still live
+rewrite            replaces files with files of the same rows   every replaced file still live;
+                                                                no delete newer than the
+                                                                starting snapshot applies to
+                                                                a replaced data file
 =================  ===========================================  =============================
+
+A rewrite (compaction) is validated as Java's ``RewriteFiles`` is, by sequence number: the
+new files hold the rows of the replaced ones as of the snapshot the rewrite was planned on
+(:meth:`SnapshotProducer.validate_from_snapshot`), and commit with a newer sequence number
+than any delete committed since, so such a delete would silently stop applying and deleted
+rows would come back. Every live delete file whose data sequence number is above the
+starting snapshot's is indexed (:class:`~icefloe.delete_index.DeleteFileIndex`, the
+spec's scope rules), and the rewrite fails with a ValidationConflictError when one applies
+to a replaced data file. A concurrent overwrite or delete that removed a replaced file is
+caught by the "still live" check.
 
 Manifests of new files are written once and reused by every attempt: their entries leave
 sequence numbers null, to be inherited from the manifest list of whichever attempt commits,
@@ -35,7 +48,7 @@ from typing import Any
 from icefloe.catalog import Table, data_dir, metadata_dir
 from icefloe.commit import CommitStats, RetryPolicy, commit_with_retry
 from icefloe.datafile import DataFile, DataFileContent
-from icefloe.delete_index import is_deletion_vector
+from icefloe.delete_index import DeleteFileIndex, is_deletion_vector
 from icefloe.deletion_vector import (
     DeletionVector,
     build_deletion_vector_file,
@@ -189,6 +202,17 @@ class SnapshotProducer:
         self._deleted_paths.update(paths)
         return self
 
+    def validate_from_snapshot(self, snapshot_id: int | None) -> SnapshotProducer:
+        """The snapshot a rewrite read its files at (None: an empty table).
+
+        Deletes committed after it that apply to a replaced file make the rewrite fail
+        validation; by default it is the branch head when the producer was created, which
+        suits a rewrite planned and committed in one go. A rewrite planned long before it
+        is committed (a Spark compaction, through the coordinator) must name its snapshot.
+        """
+        self._start_snapshot_id = snapshot_id
+        return self
+
     def delete_where(self, predicate: FileFilter) -> SnapshotProducer:
         """Remove every live file ``predicate`` selects (see :data:`FileFilter`)."""
         self._delete_filter = predicate
@@ -223,7 +247,7 @@ class SnapshotProducer:
         deltas: dict[str, int] = defaultdict(int)
         changed_partitions: set[tuple[int, tuple[Any, ...]]] = set()
         found_paths: set[str] = set()
-        replaced: list[DataFile] = []
+        replaced: list[ManifestEntry] = []
         removing = (
             bool(self._deleted_paths) or self._delete_filter is not None or bool(self._doomed_keys)
         )
@@ -266,7 +290,7 @@ class SnapshotProducer:
                 _count_removed(deltas, e.data_file)
                 changed_partitions.add((e.data_file.spec_id, e.data_file.partition))
                 if e.data_file.content == DataFileContent.DATA:
-                    replaced.append(e.data_file)
+                    replaced.append(e)
                     removed_data.add(e.data_file.file_path)
             results[i] = await self._rewrite_manifest(base, manifest, entries, doomed_keys)
         kept = [results[i] for i in sorted(results)]
@@ -352,60 +376,56 @@ class SnapshotProducer:
         return builder.build(table.metadata_location)
 
     async def _check_no_new_deletes(
-        self, table: Table, parent: Snapshot | None, replaced: list[DataFile]
+        self, table: Table, parent: Snapshot | None, replaced: list[ManifestEntry]
     ) -> None:
         """Refuse a rewrite that would undo deletes committed since it was planned.
 
-        The new files hold the rows of the replaced ones as they were read, and take a newer
-        sequence number than any delete committed meanwhile, so such deletes would stop
-        applying and deleted rows would come back. A delete file counts if it can apply to a
-        replaced file: it names that file, or shares its spec and partition, or its spec is
-        unpartitioned (the spec's rules for applying deletes).
+        Validation by sequence number, as Java's ``RewriteFiles``: every live delete file of
+        ``parent`` whose data sequence number is above the starting snapshot's is indexed
+        with the spec's scope rules, and none may apply to a replaced data file (at that
+        file's own data sequence number).
         """
         if parent is None or parent.snapshot_id == self._start_snapshot_id:
             return
         base = table.metadata
-        newer: list[Snapshot] = []
-        for snapshot in base.ancestors_of(parent.snapshot_id):
-            if snapshot.snapshot_id == self._start_snapshot_id:
-                break
-            newer.append(snapshot)
-        else:
-            if self._start_snapshot_id is not None:
+        start: Snapshot | None = None
+        if self._start_snapshot_id is not None:
+            for snapshot in base.ancestors_of(parent.snapshot_id):
+                if snapshot.snapshot_id == self._start_snapshot_id:
+                    start = snapshot
+                    break
+            else:
                 raise ValidationConflictError(
                     f"{self.operation} on {table.identifier}: snapshot "
                     f"{self._start_snapshot_id} it was planned on is no longer in the history "
                     f"of {self.branch!r}; plan it again"
                 )
-        paths = {f.file_path for f in replaced}
-        partitions = {(f.spec_id, f.partition) for f in replaced}
+        start_seq = start.sequence_number if start is not None else -1
         specs = base.specs()
-        for snapshot in newer:
-            for manifest in await self.reader.manifests(snapshot):
-                if (
-                    manifest.content != ManifestContent.DELETES
-                    or manifest.added_snapshot_id != snapshot.snapshot_id
-                ):
-                    continue
-                for e in await self.reader.entries(manifest, specs):
-                    d = e.data_file
-                    if e.status != ManifestEntryStatus.ADDED:
-                        continue
-                    if d.referenced_data_file is not None:
-                        applies = d.referenced_data_file in paths
-                    else:
-                        spec = specs.get(d.spec_id)
-                        applies = (spec is not None and spec.is_unpartitioned) or (
-                            d.spec_id,
-                            d.partition,
-                        ) in partitions
-                    if applies:
-                        raise ValidationConflictError(
-                            f"{self.operation} on {table.identifier}: delete file "
-                            f"{d.file_path} was committed (snapshot {snapshot.snapshot_id}) "
-                            "after the rewrite was planned and may delete rows of the files it "
-                            "replaces; plan the rewrite again"
-                        )
+        index = DeleteFileIndex(specs, base.schema())
+        for manifest in await self.reader.manifests(parent):
+            if manifest.content != ManifestContent.DELETES:
+                continue
+            if manifest.sequence_number is not None and manifest.sequence_number <= start_seq:
+                continue  # every entry of it is at most as new as the manifest
+            for e in await self.reader.entries(manifest, specs, live_only=True):
+                seq = e.sequence_number
+                if seq is not None and seq > start_seq:
+                    index.add(e.data_file, seq)
+        if not len(index):
+            return
+        for entry in replaced:
+            seq = entry.sequence_number if entry.sequence_number is not None else 0
+            hits = index.for_data_file(entry.data_file, seq)
+            if hits:
+                d = hits[0]
+                raise ValidationConflictError(
+                    f"{self.operation} on {table.identifier}: delete file {d.file_path} was "
+                    f"committed after the rewrite was planned (on snapshot "
+                    f"{self._start_snapshot_id}) and applies to "
+                    f"{entry.data_file.file_path}, which the rewrite replaces; plan the "
+                    "rewrite again"
+                )
 
     async def _deletion_vectors(
         self, base: TableMetadata, parent_manifests: list[ManifestFile]

@@ -931,3 +931,37 @@ async def test_rewrite_refuses_to_undo_deletes_committed_meanwhile(
         f.file_path for f in (a, c, pos_a, eq_c, df(table, "b2", "b"))
     )
     assert await unreferenced_avro_files(table) == []
+
+
+async def test_rewrite_validates_from_the_snapshot_it_was_planned_on(
+    catalog: OutcomeCatalog,
+) -> None:
+    """As the coordinator commits a Spark compaction: the producer is made after the
+    concurrent row delta landed, and told which snapshot the rewrite read."""
+    table = await new_table(catalog)
+    a, b = df(table, "a"), df(table, "b", "b")
+    table = await fast_append(table, [a, b]).commit(QUICK)
+    planned_on = table.metadata.current_snapshot_id
+    pos_a = df(table, "pos-a", content=DataFileContent.POSITION_DELETES).copy(
+        referenced_data_file=a.file_path
+    )
+    table = await row_delta(table, [], [pos_a]).commit(QUICK)
+    table = await fast_append(table, [df(table, "later")]).commit(QUICK)
+
+    late = rewrite_files(table, [a.file_path], [df(table, "a2")])
+    late.validate_from_snapshot(planned_on)
+    with pytest.raises(ValidationConflictError, match=r"pos-a\.parquet.*applies to.*a\.parquet"):
+        await late.commit(QUICK)
+    # without a starting snapshot it would have undone the delete: the default is the head
+    # the producer saw, which is right only for a rewrite planned on that head
+    assert await unreferenced_avro_files(await catalog.load_table("db.t")) == []
+    # a rewrite of b (another partition) planned on the same snapshot still applies
+    ok = rewrite_files(table, [b.file_path], [df(table, "b2", "b")]).validate_from_snapshot(
+        planned_on
+    )
+    table = await ok.commit(QUICK)
+    assert df(table, "b2", "b").file_path in await live(table)
+    # a starting snapshot that is not in the branch's history is refused
+    lost = rewrite_files(table, [a.file_path], [df(table, "a3")]).validate_from_snapshot(12345)
+    with pytest.raises(ValidationConflictError, match="no longer in the history"):
+        await lost.commit(QUICK)

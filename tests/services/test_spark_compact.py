@@ -1,0 +1,433 @@
+"""Compaction on Spark end to end: real Spark, tansu, the coordinator and a redis catalog.
+
+Rows are compared before and after by reading the table back through the scan planner and
+by decoding every live file with the core's Parquet reader; files are checked in the
+metadata (none lost, none twice) and in storage (nothing of a failed attempt left behind).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import SparkSession
+
+import icefloe.spark as ispark
+from icefloe.arrow_schema import FIELD_ID_KEY
+from icefloe.compaction import CompactionUnsupportedError
+from icefloe.datafile import DataFile, DataFileContent
+from icefloe.expressions import EqualTo
+from icefloe.parquet import ParquetFileWriter
+from icefloe.partition import PartitionSpecBuilder
+from icefloe.schema import Schema
+from icefloe.snapshot_producer import row_delta
+from icefloe.sort_order import SortOrderBuilder
+from icefloe.spark_compact import (
+    COMPACTION_JOB_PROPERTY,
+    CompactionConflictError,
+    commit_compaction,
+    stage_compaction,
+)
+from icefloe.spark_tasks import FAULT_PROPERTY
+from icefloe.types import DoubleType, LongType, NestedField, StringType
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "cat", StringType()),
+    NestedField(3, "v", DoubleType()),
+)
+SPARK_SCHEMA = "id long, cat string, v double"
+TARGET = 1 << 20
+
+
+def _rows(start: int, n: int) -> list[tuple[int, str | None, float]]:
+    cats = ["a", "b", None]
+    return [(i, cats[i % 3], float(i) / 7) for i in range(start, start + n)]
+
+
+def _append(spark: SparkSession, stack: Any, name: str, start: int, n: int) -> int | None:
+    df = spark.createDataFrame(_rows(start, n), SPARK_SCHEMA)
+    return ispark.write(df, name, config=stack.config)
+
+
+def _ids(spark: SparkSession, stack: Any, name: str) -> Counter[int]:
+    return Counter(r.id for r in ispark.read(spark, name, config=stack.config).collect())
+
+
+def _table(stack: Any, partitioned: bool = True, **props: str) -> str:
+    spec = (
+        PartitionSpecBuilder(SCHEMA).add_field("cat", "identity").build() if partitioned else None
+    )
+    properties = {"write.target-file-size-bytes": str(TARGET), **props}
+    return stack.create_table(SCHEMA, spec, properties)
+
+
+def _compaction_snapshots(stack: Any, name: str) -> list[Any]:
+    return [
+        s
+        for s in stack.load(name).metadata.snapshots
+        if s.summary is not None and COMPACTION_JOB_PROPERTY in s.summary.properties
+    ]
+
+
+def test_compaction_while_a_stream_of_appends_continues(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name = _table(spark_stack)
+    for k in range(8):
+        _append(spark, spark_stack, name, k * 30, 30)
+    before_files = spark_stack.live_files(name)
+    assert len(before_files) >= 8 * 3  # each append writes a file per category (or more)
+
+    # appends keep landing while the compaction runs
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    appended: list[int] = []
+    first = threading.Event()
+
+    def stream() -> None:
+        k = 100
+        try:
+            while not stop.is_set() or len(appended) < 2:
+                _append(spark, spark_stack, name, k * 30, 30)
+                appended.append(k)
+                first.set()
+                k += 1
+        except BaseException as e:  # reported below
+            errors.append(e)
+            first.set()
+
+    appender = threading.Thread(target=stream, name="appender")
+    appender.start()
+    first.wait()
+    try:
+        result = ispark.compact(
+            spark, name, options={"min_input_files": 2}, config=spark_stack.config
+        )
+    finally:
+        stop.set()
+        appender.join()
+    assert not errors, errors
+
+    expected = Counter(i for k in [*range(8), *appended] for i in range(k * 30, k * 30 + 30))
+    assert _ids(spark, spark_stack, name) == expected  # every row once: none lost, none doubled
+    live = spark_stack.live_files(name)
+    paths = [f.file_path for f in live]
+    assert len(paths) == len(set(paths))
+    planned = _live_at(spark_stack, name, result.planned_snapshot_id)
+    assert len(planned) >= len(before_files)  # the stream's first appends may be in the plan
+    (compaction,) = _compaction_snapshots(spark_stack, name)
+    # every file planned was rewritten; the compacted ones are one per category
+    assert result.rewritten_data_files == len(planned)
+    assert not {f.file_path for f in planned} & set(paths)
+    compacted = [f for f in live if result_job(compaction) in f.file_path]
+    assert len(compacted) == 3 == result.added_data_files
+    assert sum(f.record_count for f in compacted) == sum(f.record_count for f in planned)
+    assert result.rows == sum(f.record_count for f in planned)
+    # the stream went on: appends committed on both sides of the compaction
+    seqs = sorted(
+        s.sequence_number
+        for s in spark_stack.load(name).metadata.snapshots
+        if s.snapshot_id != compaction.snapshot_id
+    )
+    assert seqs[-1] > compaction.sequence_number
+    # nothing of the job is left in storage but its committed files
+    stored = {p for p in spark_stack.stored_files(name) if result_job(compaction) in p}
+    assert stored == {f.file_path for f in compacted}
+
+    # a second run finds nothing worth rewriting among files of the target shape
+    again = ispark.compact(spark, name, options={"min_input_files": 50}, config=spark_stack.config)
+    assert again.committed == []
+
+
+def _live_at(stack: Any, name: str, snapshot_id: int | None) -> list[DataFile]:
+    from icefloe.manifest_reader import ManifestReader
+
+    async def files() -> list[DataFile]:
+        table = await stack.catalog.load_table(name)
+        snapshot = table.metadata.snapshot_by_id(snapshot_id)
+        assert snapshot is not None
+        reader = ManifestReader(table.io)
+        out = []
+        for manifest in await reader.manifests(snapshot):
+            entries = await reader.entries(manifest, table.metadata.specs(), live_only=True)
+            out.extend(e.data_file for e in entries)
+        return out
+
+    return list(stack.run(files()))
+
+
+def result_job(snapshot: Any) -> str:
+    return str(snapshot.summary.properties[COMPACTION_JOB_PROPERTY])
+
+
+def _write_position_deletes(path: Path, data_path: str, positions: list[int]) -> int:
+    table = pa.table(
+        {
+            "file_path": pa.array([data_path] * len(positions), pa.string()),
+            "pos": pa.array(positions, pa.int64()),
+        },
+        schema=pa.schema(
+            [
+                pa.field("file_path", pa.string(), False, {FIELD_ID_KEY: b"2147483546"}),
+                pa.field("pos", pa.int64(), False, {FIELD_ID_KEY: b"2147483545"}),
+            ]
+        ),
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path)
+    return path.stat().st_size
+
+
+def _position_delete(stack: Any, name: str, data_file: DataFile, positions: list[int]) -> DataFile:
+    table = stack.load(name)
+    location = f"{table.metadata.location}/data/pos-{uuid.uuid4().hex}.parquet"
+    size = _write_position_deletes(
+        Path(location.removeprefix("file://")), data_file.file_path, positions
+    )
+    return DataFile(
+        location,
+        "parquet",
+        data_file.partition,
+        len(positions),
+        size,
+        content=DataFileContent.POSITION_DELETES,
+        spec_id=data_file.spec_id,
+        referenced_data_file=data_file.file_path,
+    )
+
+
+def _commit_deletes(stack: Any, name: str, deletes: list[DataFile]) -> None:
+    async def commit() -> None:
+        current = await stack.catalog.load_table(name)
+        await row_delta(current, [], deletes).commit()
+
+    stack.run(commit())
+
+
+def _ids_in(data_file: DataFile) -> list[int]:
+    from icefloe.parquet import read_data_file
+
+    return list(read_data_file(data_file.file_path, SCHEMA).column("id").to_pylist())
+
+
+def test_a_concurrent_row_delta_fails_the_compaction_cleanly_and_a_retry_succeeds(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name = _table(spark_stack, partitioned=False)
+    for k in range(4):
+        _append(spark, spark_stack, name, k * 10, 10)
+    files = spark_stack.live_files(name)
+    staged = stage_compaction(
+        spark, name, options={"min_input_files": 2}, config=spark_stack.config
+    )
+    assert staged.paths and all(Path(p.removeprefix("file://")).exists() for p in staged.paths)
+
+    # while the compaction was running, a row delta deleted rows of a file it rewrites
+    victim = files[0]
+    doomed = _ids_in(victim)[:3]
+    _commit_deletes(spark_stack, name, [_position_delete(spark_stack, name, victim, [0, 1, 2])])
+    head_before = spark_stack.load(name).metadata.current_snapshot_id
+
+    with pytest.raises(CompactionConflictError, match="applies to") as failure:
+        commit_compaction(staged)
+    assert failure.value.result.committed == []
+    # nothing committed, nothing left behind: the job's files are gone from storage
+    assert spark_stack.load(name).metadata.current_snapshot_id == head_before
+    assert not {p for p in spark_stack.stored_files(name) if staged.job_id in p}
+    after = Counter(i for k in range(4) for i in range(k * 10, k * 10 + 10)) - Counter(doomed)
+    assert _ids(spark, spark_stack, name) == after
+
+    # a retry plans on the new state: the delete is applied and then dropped with its file
+    result = ispark.compact(spark, name, options={"min_input_files": 2}, config=spark_stack.config)
+    assert result.rewritten_delete_files == 1 and result.added_data_files == 1
+    assert _ids(spark, spark_stack, name) == after
+    live = spark_stack.live_files(name)
+    assert [f.content for f in live] == [DataFileContent.DATA]
+    assert live[0].record_count == sum(after.values())
+
+
+def test_an_overwrite_of_a_rewritten_file_fails_the_compaction(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name = _table(spark_stack)
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 9, 9)
+    staged = stage_compaction(
+        spark, name, options={"min_input_files": 2}, config=spark_stack.config
+    )
+    ispark.write(
+        spark.createDataFrame([(1000, "a", 0.0)], SPARK_SCHEMA),
+        name,
+        mode="overwrite",
+        overwrite_filter=EqualTo("cat", "a"),
+        config=spark_stack.config,
+    )
+    with pytest.raises(CompactionConflictError) as failure:
+        commit_compaction(staged, max_files_per_commit=1)
+    # the chunks of the untouched categories committed; the "a" one did not
+    assert len(failure.value.result.committed) >= 1 and len(failure.value.result.failed) >= 1
+    kept = {p for p in spark_stack.stored_files(name) if staged.job_id in p}
+    assert kept == {
+        f.file_path for f in spark_stack.live_files(name) if staged.job_id in f.file_path
+    }
+    expected = Counter(i for i in range(27) if i % 3 != 0) + Counter([1000])
+    assert _ids(spark, spark_stack, name) == expected
+
+
+def test_compaction_applies_equality_deletes_and_sorts(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name = _table(spark_stack, partitioned=False)
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 20, 20)
+    table = spark_stack.load(name)
+    equality_path = f"{table.metadata.location}/data/eq-{uuid.uuid4().hex}.parquet"
+    writer = ParquetFileWriter(equality_path, schema=SCHEMA.select(["cat"]))
+    writer.write(pa.table({"cat": pa.array(["b", None], pa.large_string())}))
+    eq = writer.close().copy(content=DataFileContent.EQUALITY_DELETES, equality_ids=[2])
+    _commit_deletes(spark_stack, name, [eq])
+    # a row written after the delete is not deleted by it
+    spark_stack.run(_set_sort_order(spark_stack, name))
+    _append(spark, spark_stack, name, 1000, 2)
+    expected = _ids(spark, spark_stack, name)
+    assert 1001 in expected and 1 not in expected
+
+    result = ispark.compact(
+        spark, name, sort=True, options={"rewrite_all": True}, config=spark_stack.config
+    )
+    assert result.rewritten_delete_files == 1
+    assert _ids(spark, spark_stack, name) == expected
+    (only,) = spark_stack.live_files(name)
+    ids = _ids_in(only)
+    assert ids == sorted(ids, reverse=True)
+    # an independent reader agrees
+    from pyiceberg.table import StaticTable
+
+    table = spark_stack.load(name)
+    scanned = StaticTable.from_metadata(table.metadata_location).scan().to_arrow()
+    assert Counter(scanned.column("id").to_pylist()) == expected
+
+
+def test_a_failed_task_attempt_leaves_nothing_behind(spark: SparkSession, spark_stack: Any) -> None:
+    name = _table(spark_stack)
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 9, 9)
+    spark.sparkContext.setLocalProperty(FAULT_PROPERTY, "crash:1")
+    try:
+        staged = stage_compaction(
+            spark, name, options={"min_input_files": 2}, config=spark_stack.config
+        )
+    finally:
+        spark.sparkContext.setLocalProperty(FAULT_PROPERTY, None)  # type: ignore[arg-type]
+    assert staged.needs_listing
+    stored = {p for p in spark_stack.stored_files(name) if staged.job_id in p}
+    assert stored > staged.paths  # the dead attempt's files are still there
+    result = commit_compaction(staged)
+    assert result.added_data_files == 3
+    stored = {p for p in spark_stack.stored_files(name) if staged.job_id in p}
+    assert (
+        stored
+        == staged.paths
+        == {f.file_path for f in spark_stack.live_files(name) if staged.job_id in f.file_path}
+    )
+    assert _ids(spark, spark_stack, name) == Counter(range(27))
+
+
+async def _set_sort_order(stack: Any, name: str) -> None:
+    from icefloe.commit import commit_with_retry
+    from icefloe.metadata_builder import MetadataBuilder
+
+    table = await stack.catalog.load_table(name)
+    order = SortOrderBuilder(table.metadata.schema(), order_id=1).desc("id").build()
+
+    async def build(base: Any) -> Any:
+        return (
+            MetadataBuilder(base.metadata)
+            .add_sort_order(order)
+            .set_default_sort_order(-1)
+            .build(base.metadata_location)
+        )
+
+    await commit_with_retry(
+        stack.catalog, table, build, lambda t: t.metadata.default_sort_order_id != 0
+    )
+
+
+def test_v3_tables_are_refused_clearly(spark: SparkSession, spark_stack: Any) -> None:
+    name = spark_stack.create_table(SCHEMA, format_version=3)
+    _append(spark, spark_stack, name, 0, 3)
+    with pytest.raises(CompactionUnsupportedError, match="row lineage"):
+        ispark.compact(spark, name, config=spark_stack.config)
+
+
+def test_the_cli_compacts_and_reports_health(
+    spark: SparkSession,
+    spark_stack: Any,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from icefloe.cli import main
+
+    name = _table(spark_stack)
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 9, 9)
+    config = spark_stack.config
+    for key, value in (
+        ("BROKERS", config.brokers),
+        ("EVENTS_TOPIC", config.events_topic),
+        ("RESULTS_TOPIC", config.results_topic),
+        ("DEAD_LETTER_TOPIC", config.dead_letter_topic),
+    ):
+        monkeypatch.setenv(f"ICEFLOE_{key}", value)
+    uri = spark_stack.catalog_uri
+
+    assert main(["table", "health", name, "--catalog", uri, "--min-retain-ms", "0"]) == 0
+    before = json.loads(capsys.readouterr().out)
+    assert before["health"]["data_files"] == len(spark_stack.live_files(name))
+    assert before["health"]["small_file_ratio"] == 1.0
+    assert "compact" in {a["action"] for a in before["next"]}
+
+    code = main(["table", "compact", name, "--catalog", uri, "-o", "min_input_files=2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert json.loads(out)["added_data_files"] == 3
+
+    assert main(["table", "health", name, "--catalog", uri]) == 0
+    after = json.loads(capsys.readouterr().out)
+    assert after["health"]["data_files"] == 3
+    assert "compact" not in {a["action"] for a in after["next"]}
+    assert _ids(spark, spark_stack, name) == Counter(range(27))
+
+    # bad input is named, not a traceback
+    assert main(["table", "compact", name, "--catalog", uri, "-o", "min_input_files"]) == 1
+    assert "name=value" in capsys.readouterr().err
+    assert main(["table", "compact", name, "--catalog", uri, "-o", "bogus=1"]) == 1
+    assert "unknown compaction option" in capsys.readouterr().err
+
+
+def test_rows_sort_by_the_sort_order_with_nulls_where_it_says() -> None:
+    from icefloe.spark_compact import sort_rows
+
+    rows = pa.table(
+        {
+            "id": pa.array([3, 1, 2, 4, 5], pa.int64()),
+            "cat": pa.array(["b", None, "a", "b", None], pa.large_string()),
+            "v": pa.array([0.5, 0.1, None, 0.2, 0.3], pa.float64()),
+        }
+    )
+    first = SortOrderBuilder(SCHEMA).asc("cat", null_order="nulls-first").desc("id").build()
+    assert sort_rows(rows, SCHEMA, first).column("id").to_pylist() == [5, 1, 2, 4, 3]
+    last = SortOrderBuilder(SCHEMA).desc("cat", null_order="nulls-last").asc("id").build()
+    assert sort_rows(rows, SCHEMA, last).column("id").to_pylist() == [3, 4, 2, 1, 5]
+    by_bucket = SortOrderBuilder(SCHEMA).asc("id", "truncate[2]").asc("v").build()
+    assert sort_rows(rows, SCHEMA, by_bucket).column("id").to_pylist() == [1, 2, 3, 4, 5]

@@ -1,0 +1,279 @@
+"""The compaction plan, table health and maintenance policy, on a local file-system catalog.
+
+Files here are metadata only (no Parquet is read): planning, health and the decisions work
+from manifests, so sizes and counts are set directly.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from icefloe.catalog import Table, TableIdentifier
+from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.commit import RetryPolicy
+from icefloe.compaction import (
+    CompactionPolicy,
+    CompactionUnsupportedError,
+    RewriteTask,
+    _bin_pack,
+    plan_compaction,
+)
+from icefloe.datafile import DataFile, DataFileContent
+from icefloe.errors import ValidationError
+from icefloe.expressions import EqualTo
+from icefloe.fileio import LocalFileIO
+from icefloe.maintenance_policy import (
+    Action,
+    MaintenancePolicy,
+    decide,
+    expiry_bounds,
+    run_maintenance,
+)
+from icefloe.partition import PartitionField, PartitionSpec
+from icefloe.schema import Schema
+from icefloe.snapshot_producer import data_file_location, fast_append, row_delta
+from icefloe.table_health import table_health
+from icefloe.transforms import IdentityTransform
+from icefloe.types import LongType, NestedField, StringType
+
+QUICK = RetryPolicy(num_retries=3, min_wait_ms=1, max_wait_ms=5)
+MB = 1 << 20
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "category", StringType()),
+)
+SPEC = PartitionSpec(0, (PartitionField(2, 1000, "category", IdentityTransform()),))
+
+
+@pytest.fixture
+async def catalog(tmp_path: Path) -> FileSystemCatalog:
+    cat = FileSystemCatalog("test", str(tmp_path / "warehouse"), LocalFileIO())
+    await cat.create_namespace("db")
+    return cat
+
+
+async def new_table(catalog: FileSystemCatalog, *, format_version: int = 2, **props: str) -> Table:
+    properties = {"write.target-file-size-bytes": str(8 * MB), **props}
+    return await catalog.create_table(
+        TableIdentifier(("db",), "t"),
+        SCHEMA,
+        SPEC,
+        properties=properties,
+        format_version=format_version,
+    )
+
+
+def df(
+    table: Table,
+    name: str,
+    category: str = "a",
+    *,
+    size: int = MB,
+    records: int = 100,
+    content: DataFileContent = DataFileContent.DATA,
+    referenced: str | None = None,
+) -> DataFile:
+    return DataFile(
+        file_path=data_file_location(table, f"category={category}", f"{name}.parquet"),
+        file_format="parquet",
+        partition=(category,),
+        record_count=records,
+        file_size_in_bytes=size,
+        content=content,
+        equality_ids=[1] if content == DataFileContent.EQUALITY_DELETES else None,
+        referenced_data_file=referenced,
+    )
+
+
+async def test_small_files_are_grouped_per_partition_up_to_the_target(
+    catalog: FileSystemCatalog,
+) -> None:
+    table = await new_table(catalog)
+    small_a = [df(table, f"a{i}", size=MB) for i in range(12)]  # 12 MB of 1 MB files
+    small_b = [df(table, f"b{i}", "b", size=MB) for i in range(3)]  # too few to bother
+    big = df(table, "big", size=7 * MB)  # within the target's range: left alone
+    table = await fast_append(table, [*small_a, *small_b, big]).commit(QUICK)
+
+    plan = await plan_compaction(table)
+    assert plan.snapshot_id == table.metadata.current_snapshot_id
+    assert plan.data_files == 16 and plan.candidate_files == 15
+    assert [len(g.tasks) for g in plan.groups] == [8, 4]
+    assert {g.partition for g in plan.groups} == {("a",)}
+    assert all(g.input_bytes <= 8 * MB for g in plan.groups)
+    assert plan.expected_output_files() == 2
+
+    # fewer inputs needed, a where filter to one partition
+    plan = await plan_compaction(
+        table, policy=CompactionPolicy.for_table(table.metadata, {"min_input_files": 2})
+    )
+    assert {g.partition for g in plan.groups} == {("a",), ("b",)}
+    only_b = await plan_compaction(
+        table,
+        where=EqualTo("category", "b"),
+        policy=CompactionPolicy.for_table(table.metadata, {"min_input_files": 2}),
+    )
+    assert {g.partition for g in only_b.groups} == {("b",)}
+    with pytest.raises(ValidationError, match="nope"):
+        await plan_compaction(table, where=EqualTo("nope", 1))
+
+
+async def test_files_with_deletes_are_rewritten_and_their_deletes_dropped(
+    catalog: FileSystemCatalog,
+) -> None:
+    table = await new_table(catalog)
+    a, b = df(table, "a", size=7 * MB), df(table, "b", "b", size=7 * MB)
+    c = df(table, "c", "c", size=7 * MB)
+    table = await fast_append(table, [a, b, c]).commit(QUICK)
+    pos_a = df(
+        table, "pos-a", size=100, content=DataFileContent.POSITION_DELETES, referenced=a.file_path
+    )
+    eq_b = df(table, "eq-b", "b", size=100, content=DataFileContent.EQUALITY_DELETES)
+    table = await row_delta(table, [], [pos_a, eq_b]).commit(QUICK)
+    # a data file written after the equality delete is not in its scope
+    table = await fast_append(table, [df(table, "b-later", "b", size=7 * MB)]).commit(QUICK)
+
+    plan = await plan_compaction(table)
+    planned = {t.data_file.file_path: t for g in plan.groups for t in g.tasks}
+    assert set(planned) == {a.file_path, b.file_path}
+    assert [d.file_path for d in planned[a.file_path].deletes] == [pos_a.file_path]
+    assert [d.file_path for d in planned[b.file_path].deletes] == [eq_b.file_path]
+    dropped = plan.droppable_deletes({a.file_path, b.file_path})
+    assert sorted(d.file_path for d in dropped) == sorted([pos_a.file_path, eq_b.file_path])
+    # a delete still needed by a file the rewrite leaves alone is kept
+    assert [d.file_path for d in plan.droppable_deletes({b.file_path})] == [eq_b.file_path]
+
+
+async def test_v3_tables_are_refused(catalog: FileSystemCatalog) -> None:
+    table = await new_table(catalog, format_version=3)
+    with pytest.raises(CompactionUnsupportedError, match="row lineage"):
+        await plan_compaction(table)
+
+
+def test_policy_is_checked() -> None:
+    with pytest.raises(ValidationError, match="min input files"):
+        CompactionPolicy(100, 10, 200, min_input_files=0)
+    with pytest.raises(ValidationError, match="max file size"):
+        CompactionPolicy(100, 10, 50)
+
+
+@given(st.lists(st.integers(1, 3000), max_size=60), st.integers(100, 2000))
+@settings(max_examples=60, deadline=None)
+def test_bin_packing_keeps_every_file_once_and_bins_within_target(
+    sizes: list[int], target: int
+) -> None:
+    tasks = [
+        RewriteTask(DataFile(f"file:///d/{i}.parquet", "parquet", (), 1, s), 1, [])
+        for i, s in enumerate(sizes)
+    ]
+    bins = _bin_pack(tasks, target)
+    paths = [t.data_file.file_path for b in bins for t in b]
+    assert sorted(paths) == sorted(t.data_file.file_path for t in tasks)
+    for b in bins:
+        total = sum(t.data_file.file_size_in_bytes for t in b)
+        assert len(b) == 1 or total <= target
+
+
+async def test_health_counts_files_manifests_and_snapshots(catalog: FileSystemCatalog) -> None:
+    table = await new_table(catalog)
+    for i in range(4):
+        table = await fast_append(table, [df(table, f"s{i}", size=MB)]).commit(QUICK)
+    table = await fast_append(table, [df(table, "big", size=8 * MB)]).commit(QUICK)
+    eq = df(table, "eq", size=10, content=DataFileContent.EQUALITY_DELETES)
+    table = await row_delta(table, [], [eq]).commit(QUICK)
+
+    health = await table_health(table)
+    assert (health.data_files, health.small_files, health.delete_files) == (5, 4, 1)
+    assert health.equality_delete_files == 1 and health.position_delete_files == 0
+    assert health.data_bytes == 12 * MB and health.average_file_size_bytes == 12 * MB / 5
+    assert health.small_file_ratio == pytest.approx(0.8)
+    assert health.manifests == 6 and health.delete_manifests == 1
+    assert health.small_manifests == 6  # a few hundred bytes each
+    assert health.snapshots == 6
+    assert health.metadata_file_bytes > 0
+    assert health.to_json()["small_file_ratio"] == 0.8
+
+
+async def test_the_policy_comes_from_table_properties(catalog: FileSystemCatalog) -> None:
+    table = await new_table(
+        catalog,
+        **{
+            "icefloe.maintenance.max-snapshots": "3",
+            "icefloe.maintenance.rewrite-manifests.min-count": "2",
+            "icefloe.maintenance.remove-orphans.enabled": "false",
+        },
+    )
+    policy = MaintenancePolicy.for_table(table.metadata)
+    assert (policy.max_snapshots, policy.manifests_min_count, policy.remove_orphans) == (
+        3,
+        2,
+        False,
+    )
+    bad = table.metadata.model_copy(update={"properties": {"icefloe.maintenance.enabled": "maybe"}})
+    with pytest.raises(ValidationError, match="true or false"):
+        MaintenancePolicy.for_table(bad)
+
+
+async def test_expiry_by_count_never_enters_the_retention_window(
+    catalog: FileSystemCatalog,
+) -> None:
+    table = await new_table(catalog, **{"icefloe.maintenance.max-snapshots": "2"})
+    for i in range(5):
+        table = await fast_append(table, [df(table, f"s{i}")]).commit(QUICK)
+    policy = MaintenancePolicy.for_table(table.metadata)
+    now = int(time.time() * 1000)
+    # all five are younger than the window: nothing may go
+    cutoff, retain = expiry_bounds(table.metadata, policy, now_ms=now, min_retain_ms=3_600_000)
+    assert cutoff == now - 3_600_000 and retain == 2
+    health = await table_health(table)
+    actions = decide(table.metadata, health, None, policy, now_ms=now, min_retain_ms=3_600_000)
+    assert Action.EXPIRE_SNAPSHOTS not in {a.action for a in actions}
+    # an hour later, with a window of a minute, expiry keeps the last two
+    later = now + 3_600_000
+    actions = decide(table.metadata, health, None, policy, now_ms=later, min_retain_ms=60_000)
+    assert Action.EXPIRE_SNAPSHOTS in {a.action for a in actions}
+    report = await run_maintenance(table, min_retain_ms=60_000, now_ms=later)
+    assert report.errors == []
+    assert report.expired_snapshots == 3
+    reloaded = await catalog.load_table("db.t")
+    assert len(reloaded.metadata.snapshots) == 2
+    assert report.health is not None and report.health.snapshots == 2
+
+
+async def test_maintenance_rewrites_manifests_and_removes_only_old_orphans(
+    catalog: FileSystemCatalog, tmp_path: Path
+) -> None:
+    table = await new_table(
+        catalog,
+        **{
+            "icefloe.maintenance.rewrite-manifests.min-count": "3",
+            "icefloe.maintenance.orphan-older-than-ms": "1000",
+        },
+    )
+    for i in range(4):
+        table = await fast_append(table, [df(table, f"s{i}")]).commit(QUICK)
+    location = table.metadata.location.removeprefix("file://")
+    orphan = Path(location) / "data" / "orphan.parquet"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"left by a failed attempt")
+    now = int(time.time() * 1000)
+    young = await run_maintenance(table, min_retain_ms=0, now_ms=now)
+    assert young.errors == []
+    assert young.rewrote_manifests and young.removed_orphans == 0 and orphan.exists()
+    assert young.health is not None and young.health.manifests == 1
+    old = await run_maintenance(
+        await catalog.load_table("db.t"), min_retain_ms=10**12, now_ms=now + 60_000
+    )
+    assert old.errors == [] and old.removed_orphans == 1 and not orphan.exists()
+    assert old.expired_snapshots == 0  # inside the retention window
+    # every file still referenced is still there
+    final = await catalog.load_table("db.t")
+    from icefloe.maintenance import reachable_files
+
+    for path in await reachable_files(final):
+        if path.endswith((".avro", ".json")):
+            assert Path(path.removeprefix("file://")).exists(), path
