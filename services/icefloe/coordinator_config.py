@@ -92,7 +92,10 @@ class CoordinatorConfig(BaseSettings):
     maintenance_min_retain_ms: int = Field(
         86_400_000,
         ge=0,
-        description="never expire snapshots younger than this: the exactly-once dedup window",
+        description=(
+            "maintenance never expires a snapshot younger than this; snapshots carrying "
+            "commit ids are also kept for the table's dedup window (icefloe.dedup.window-ms)"
+        ),
     )
     maintenance_topic: str = Field("icefloe.maintenance", min_length=1)
 

@@ -44,6 +44,7 @@ from enum import StrEnum
 from typing import Any
 
 from icefloe.catalog import Table
+from icefloe.commit_index import dedup_window_ms, snapshots_in_window
 from icefloe.compaction import CompactionPlan, CompactionUnsupportedError, plan_compaction
 from icefloe.errors import ValidationError
 from icefloe.maintenance import (
@@ -176,10 +177,12 @@ def expiry_bounds(
 
 
 def _expirable(metadata: TableMetadata, now_ms: int, older_than_ms: int, retain_last: int) -> int:
-    """How many snapshots expiry would remove now."""
+    """How many snapshots expiry would remove now (never those inside the table's
+    exactly-once dedup window, which :func:`~icefloe.maintenance.expire_snapshots` keeps)."""
     retained, _ = retained_snapshots(
         metadata, now_ms=now_ms, older_than_ms=older_than_ms, retain_last=retain_last
     )
+    retained |= snapshots_in_window(metadata, now_ms, dedup_window_ms(metadata.properties))
     return sum(1 for s in metadata.snapshots if s.snapshot_id not in retained)
 
 
