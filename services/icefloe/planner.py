@@ -37,7 +37,7 @@ import sys
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -863,7 +863,11 @@ class PlannerService:
             {
                 "defaults": defaults,
                 "overrides": overrides,
-                "endpoints": advertised_endpoints(request.app.router, self.config.prefix),
+                "endpoints": advertised_endpoints(
+                    request.app.router,
+                    self.config.prefix,
+                    {f"{m} {p}" for m, p in (*ENDPOINTS, *self.write_endpoints)},
+                ),
             }
         )
 
@@ -1186,9 +1190,13 @@ def unsupported_operation(request: web.Request, *, head: bool = False) -> web.Re
     )
 
 
-def advertised_endpoints(router: web.UrlDispatcher, prefix: str) -> list[str]:
-    """``METHOD /v1/{prefix}/...`` for every REST route registered in ``router`` (so routes
-    that other modules register appear without being listed here)."""
+def advertised_endpoints(
+    router: web.UrlDispatcher, prefix: str, capable: Collection[str]
+) -> list[str]:
+    """``METHOD /v1/{prefix}/...`` for every REST route registered in ``router`` that the
+    service can also serve with its catalog (``capable``: a route such as rename is
+    registered everywhere but answers 406 on catalogs that cannot do it). Deriving the list
+    from the router keeps it from naming a route that does not exist."""
     base = f"/v1/{prefix}/" if prefix else "/v1/"
     out: list[str] = []
     for route in router.routes():
@@ -1201,7 +1209,7 @@ def advertised_endpoints(router: web.UrlDispatcher, prefix: str) -> list[str]:
         spec_path = "/v1/{prefix}/" + path[len(base) :]
         spec_path = spec_path.replace("{plan_id}", "{plan-id}")
         entry = f"{route.method} {spec_path}"
-        if entry not in out:
+        if entry in capable and entry not in out:
             out.append(entry)
     return out
 

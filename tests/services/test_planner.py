@@ -242,10 +242,11 @@ async def test_config_advertises_exactly_the_implemented_endpoints(make_client: 
 
 
 async def test_a_prefix_moves_every_route_and_is_advertised(make_client: Any) -> None:
-    client, _ = await make_client(prefix="wh1")
+    client, service = await make_client(prefix="wh1")
     body = await (await client.get("/v1/config")).json()
     assert body["overrides"] == {"prefix": "wh1"}
-    assert body["endpoints"] == [f"{m} {p}" for m, p in ENDPOINTS]
+    advertised = (*ENDPOINTS, *service.write_endpoints)
+    assert sorted(body["endpoints"]) == sorted(f"{m} {p}" for m, p in advertised)
     assert (await client.get("/v1/wh1/namespaces")).status == 200
     await error_of(await client.get("/v1/namespaces"), 404, "NotFoundException")
 
@@ -455,8 +456,9 @@ async def test_malformed_bodies_and_unknown_tables(make_client: Any) -> None:
         "NoSuchPlanTaskException",
     )
     await error_of(await client.put(BASE + "/plan"), 406, "UnsupportedOperationException")
+    # a method no route of the path implements
     await error_of(
-        await client.post("/v1/namespaces", json={"namespace": ["x"]}),
+        await client.put("/v1/namespaces", json={"namespace": ["x"]}),
         406,
         "UnsupportedOperationException",
     )
