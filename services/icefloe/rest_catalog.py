@@ -719,6 +719,12 @@ def register_write_routes(
         )
         service.refresher.trust_events = False
     routes = WriteRoutes(service, settings)
+    if routes.authority.enabled and service.config.token is not None:
+        raise ValidationError(
+            "ICEFLOE_PLANNER_TOKEN and ICEFLOE_REST_*_TOKENS are both set: the planner's single "
+            "token would refuse every other token; move it into ICEFLOE_REST_READ_TOKENS or "
+            "ICEFLOE_REST_WRITE_TOKENS"
+        )
     return routes.register(app, service.config.prefix)
 
 

@@ -905,3 +905,13 @@ async def test_allowed_locations_can_be_widened(make_client: Any, tmp_path: Path
     assert response.status in (200, 400), await response.text()
     if response.status == 400:
         assert "must live at" in (await response.json())["error"]["message"]
+
+
+def test_one_token_scheme_at_a_time(tmp_path: Path) -> None:
+    config = PlannerConfig(
+        catalog=f"file://{tmp_path}", host="127.0.0.1", port=0, token="planner-token-1"
+    )
+    catalog = FileSystemCatalog("rest", str(tmp_path), LocalFileIO())
+    service = PlannerService(config, catalog, rest=RestCatalogSettings(write_tokens=WRITE))
+    with pytest.raises(ValidationError, match="ICEFLOE_PLANNER_TOKEN"):
+        service.app()
