@@ -6,15 +6,16 @@ Routes (REST OpenAPI names), all through the planner's catalog:
   tables or namespaces), ``updateProperties`` (``updated``/``removed``/``missing``; 422 for a
   key both set and removed);
 * ``createTable`` (also ``stage-create``: metadata returned, nothing written), ``registerTable``,
-  ``dropTable`` (``purgeRequested`` deletes every reachable file), ``renameTable`` (406 where the
+  ``dropTable`` (``purgeRequested`` deletes every reachable file within the allowed
+  locations, see :class:`LocationPolicy`), ``renameTable`` (406 where the
   catalog cannot: file-system tables are found by their path);
 * ``updateTable`` and ``commitTransaction``: requirements checked and updates applied by
   :mod:`icefloe.table_changes` through the catalog's conditional swap, re-checked after every
   lost swap, so REST commits and coordinator batches never lose each other's changes. A failed
   requirement is 409 ``CommitFailedException`` with nothing applied; 500
   ``CommitStateUnknownException`` only when the store cannot say whether the swap happened.
-  Transactions of several tables are atomic on catalogs with multi-key writes (Redis) and 406
-  elsewhere, before anything is written.
+  Transactions of several tables are atomic on catalogs with multi-key writes (Redis,
+  DynamoDB) and 406 elsewhere, before anything is written.
 
 Errors are the spec's ``IcebergErrorResponse``, never a traceback. Tokens and the audit log
 are :mod:`icefloe.rest_auth`'s. The planner sees a REST commit at once: the new metadata goes
