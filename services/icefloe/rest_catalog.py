@@ -6,15 +6,16 @@ Routes (REST OpenAPI names), all through the planner's catalog:
   tables or namespaces), ``updateProperties`` (``updated``/``removed``/``missing``; 422 for a
   key both set and removed);
 * ``createTable`` (also ``stage-create``: metadata returned, nothing written), ``registerTable``,
-  ``dropTable`` (``purgeRequested`` deletes every reachable file), ``renameTable`` (406 where the
+  ``dropTable`` (``purgeRequested`` deletes every reachable file within the allowed
+  locations, see :class:`LocationPolicy`), ``renameTable`` (406 where the
   catalog cannot: file-system tables are found by their path);
 * ``updateTable`` and ``commitTransaction``: requirements checked and updates applied by
   :mod:`icefloe.table_changes` through the catalog's conditional swap, re-checked after every
   lost swap, so REST commits and coordinator batches never lose each other's changes. A failed
   requirement is 409 ``CommitFailedException`` with nothing applied; 500
   ``CommitStateUnknownException`` only when the store cannot say whether the swap happened.
-  Transactions of several tables are atomic on catalogs with multi-key writes (Redis) and 406
-  elsewhere, before anything is written.
+  Transactions of several tables are atomic on catalogs with multi-key writes (Redis,
+  DynamoDB) and 406 elsewhere, before anything is written.
 
 Errors are the spec's ``IcebergErrorResponse``, never a traceback. Tokens and the audit log
 are :mod:`icefloe.rest_auth`'s. The planner sees a REST commit at once: the new metadata goes
@@ -28,7 +29,7 @@ import logging
 import re
 import sys
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -37,7 +38,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from icefloe.catalog import Namespace, Table, TableIdentifier
+from icefloe.catalog import METADATA_PATH, Namespace, Table, TableIdentifier
 from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.errors import (
     AlreadyExistsError,
@@ -45,13 +46,15 @@ from icefloe.errors import (
     CommitStateUnknownError,
     FileIOError,
     IcefloeError,
+    InvalidFileError,
     NamespaceNotEmptyError,
     NotFoundError,
     UnsupportedOperationError,
     ValidationError,
 )
+from icefloe.maintenance import purge_table_files
 from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import new_table_metadata
+from icefloe.metadata_builder import SetLocationUpdate, SetPropertiesUpdate, new_table_metadata
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.rest_auth import (
     OAUTH_PATH,
@@ -218,6 +221,43 @@ def _with_field_ids(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _normal(location: str) -> str:
+    return (
+        location.removeprefix("file://") if location.startswith("file:///") else location
+    ).rstrip("/")
+
+
+class LocationPolicy:
+    """Where writers may put tables. Without it, a write token could make the server write
+    metadata files anywhere it can, read any file as "metadata" (register) or, by committing
+    a foreign path as a data file and purging the table, delete it."""
+
+    def __init__(self, prefixes: list[str]) -> None:
+        self.prefixes = [_normal(p) for p in prefixes if p.strip()]
+
+    def allows(self, location: str) -> bool:
+        if not self.prefixes:
+            return True
+        normal = _normal(location)
+        if ".." in normal.split("/"):
+            return False
+        return any(normal == p or normal.startswith(p + "/") for p in self.prefixes)
+
+    def check(self, location: str, what: str) -> None:
+        if not self.allows(location):
+            raise RestError(
+                403,
+                "ForbiddenException",
+                f"{what} {location[:200]!r} is outside the allowed locations "
+                f"{self.prefixes} (ICEFLOE_REST_ALLOWED_LOCATIONS)",
+            )
+
+    def check_properties(self, properties: Mapping[str, str]) -> None:
+        custom = properties.get(METADATA_PATH)
+        if custom and ("://" in custom or custom.startswith("/")):
+            self.check(custom, f"table property {METADATA_PATH}")
+
+
 def _snapshot_id(metadata: TableMetadata | None) -> int | None:
     if metadata is None:
         return None
@@ -277,6 +317,10 @@ class WriteRoutes:
         self.settings = settings
         self.catalog = service.catalog
         self.authority = TokenAuthority(settings)
+        configured = settings.allowed_locations
+        self.locations = LocationPolicy(
+            configured.split(",") if configured else [self.catalog.properties.get("warehouse", "")]
+        )
         self.policy = RetryPolicy(
             num_retries=settings.commit_retries,
             min_wait_ms=DEFAULT_POLICY.min_wait_ms,
@@ -454,6 +498,8 @@ class WriteRoutes:
             else SortOrder.unsorted()
         )
         location = body.location or await self.catalog.default_table_location(ident)
+        self.locations.check(location, "table location")
+        self.locations.check_properties(body.properties)
         metadata = new_table_metadata(schema, spec, order, location, body.properties)
         principal = principal_of(request)
         if body.stage_create:
@@ -480,6 +526,7 @@ class WriteRoutes:
         body = await _body(request, RegisterTableRequest)
         ident = TableIdentifier(namespace, check_name(body.name, "table name"))
         await self._namespace_or_404(namespace)
+        self.locations.check(body.metadata_location, "metadata file")
         if body.overwrite and await self.catalog.table_exists(ident):
             raise RestError(
                 406,
@@ -488,11 +535,14 @@ class WriteRoutes:
                 "drop it first",
             )
         try:
+            metadata = await self.catalog.read_metadata(body.metadata_location)
+        except (NotFoundError, InvalidFileError, ValidationError) as e:
+            raise _bad_request(f"cannot register {ident}: {e}") from None
+        self.locations.check(metadata.location, "table location")
+        try:
             table = await self.catalog.register_table(ident, body.metadata_location)
         except AlreadyExistsError as e:
             raise RestError(409, "AlreadyExistsException", str(e)) from None
-        except NotFoundError as e:
-            raise _bad_request(f"cannot register {ident}: {e}") from None
         self._seen(table)
         audit(
             principal_of(request),
@@ -513,12 +563,32 @@ class WriteRoutes:
             raise _bad_request(f"purgeRequested must be true or false, got {purge_text!r}")
         purge = purge_text == "true"
         await self._namespace_or_404(ident.namespace)
+        refused: list[str] = []
         try:
-            await self.catalog.drop_table(ident, purge=purge)
+            table = await self.catalog.load_table(ident)
+            await self.catalog.drop_table(ident)
         except NotFoundError:
             raise RestError(404, "NoSuchTableException", f"table {ident} does not exist") from None
-        self.service.refresher.forget(ident)
-        audit(principal_of(request), "dropTable", status=204, table=str(ident), purge=purge)
+        self.service.refresher.dropped(ident)
+        if purge:
+            # After the pointer is gone, so no reader meets a half-deleted table; only what
+            # lies within the allowed locations is deleted.
+            refused = await purge_table_files(table, self.locations.allows)
+            if refused:
+                log.warning(
+                    "purging %s left %d files outside the allowed locations, e.g. %s",
+                    ident,
+                    len(refused),
+                    refused[0],
+                )
+        audit(
+            principal_of(request),
+            "dropTable",
+            status=204,
+            table=str(ident),
+            purge=purge,
+            **{"files-kept-outside-allowed-locations": len(refused) or None},
+        )
         return web.Response(status=204)
 
     async def rename_table(self, request: web.Request) -> web.StreamResponse:
@@ -532,7 +602,7 @@ class WriteRoutes:
         except NotFoundError as e:
             kind = "NoSuchNamespaceException" if "namespace" in str(e) else "NoSuchTableException"
             raise RestError(404, kind, str(e)) from None
-        self.service.refresher.forget(source)
+        self.service.refresher.dropped(source)
         audit(
             principal_of(request),
             "renameTable",
@@ -546,9 +616,15 @@ class WriteRoutes:
 
     def _commit(self, ident: TableIdentifier, body: CommitTableRequest) -> TableCommit:
         try:
-            return TableCommit.parse(ident, body.requirements, body.updates)
+            commit = TableCommit.parse(ident, body.requirements, body.updates)
         except ValidationError as e:
             raise _bad_request(f"commit to {ident}: {e}") from None
+        for update in commit.updates:
+            if isinstance(update, SetLocationUpdate):
+                self.locations.check(update.location, "table location")
+            elif isinstance(update, SetPropertiesUpdate):
+                self.locations.check_properties(update.updates)
+        return commit
 
     async def _run(self, commits: list[TableCommit]) -> list[CommitOutcome]:
         for commit in commits:
@@ -644,6 +720,12 @@ def register_write_routes(
         )
         service.refresher.trust_events = False
     routes = WriteRoutes(service, settings)
+    if routes.authority.enabled and service.config.token is not None:
+        raise ValidationError(
+            "ICEFLOE_PLANNER_TOKEN and ICEFLOE_REST_*_TOKENS are both set: the planner's single "
+            "token would refuse every other token; move it into ICEFLOE_REST_READ_TOKENS or "
+            "ICEFLOE_REST_WRITE_TOKENS"
+        )
     return routes.register(app, service.config.prefix)
 
 

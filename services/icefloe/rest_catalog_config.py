@@ -71,6 +71,11 @@ class RestCatalogSettings(BaseSettings):
     read_tokens_file: Path | None = Field(None, description="file of read tokens, one a line")
     write_tokens: SecretStr | None = Field(None, description="name=token entries that may write")
     write_tokens_file: Path | None = Field(None, description="file of write tokens, one a line")
+    allowed_locations: str | None = Field(
+        None,
+        description="comma-separated prefixes that table locations, registered metadata files "
+        "and purges must stay under (default: the catalog's warehouse)",
+    )
     commit_retries: int = Field(
         8, ge=0, le=100, description="lost swaps re-checked and retried before answering 409"
     )

@@ -215,6 +215,15 @@ class TableRefresher:
         self._states[identifier] = TableState(identifier, metadata, metadata_location, now)
         self._last_used[identifier] = now
 
+    def dropped(self, identifier: TableIdentifier) -> None:
+        """A table this process just dropped or renamed away: stop serving it now.
+
+        A load under way may have read it before the drop: it reloads (and finds it gone).
+        """
+        if identifier in self._loading:
+            self._changed_while_loading.add(identifier)
+        self.forget(identifier)
+
     def forget(self, identifier: TableIdentifier) -> None:
         self._states.pop(identifier, None)
         self._last_used.pop(identifier, None)

@@ -13,7 +13,7 @@ only if no retained snapshot can still reach them, so a crash mid-way leaves orp
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from icefloe.catalog import Table
@@ -298,13 +298,19 @@ async def rewrite_manifests(
     return await producer.commit()
 
 
-async def purge_table_files(table: Table) -> None:
-    """Delete everything the table reaches and everything under its location."""
+async def purge_table_files(table: Table, within: Callable[[str], bool] | None = None) -> list[str]:
+    """Delete everything the table reaches and everything under its location.
+
+    ``within`` limits deletion to the paths it accepts (a REST catalog must not let whoever
+    committed a file path make the server delete it); the refused paths are returned.
+    """
     try:
         paths = await reachable_files(table)
     except Exception:
         paths = set()  # unreadable metadata: fall back to the location listing
     async for info in table.io.list(table.location):
         paths.add(info.path)
-    for path in paths:
+    refused = sorted(p for p in paths if within is not None and not within(p))
+    for path in paths.difference(refused):
         await table.io.delete(path)
+    return refused

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.catalog_uri import load_catalog
+from icefloe.datafile import DataFile
 from icefloe.errors import CommitStateUnknownError, FileIOError, ValidationError
 from icefloe.fileio import LocalFileIO
 from icefloe.metadata import TableMetadata
@@ -34,6 +35,7 @@ from icefloe.planner_config import PlannerConfig
 from icefloe.rest_catalog import OPENAPI_FILE, WRITE_ENDPOINTS
 from icefloe.rest_catalog_config import RestCatalogSettings, parse_tokens
 from icefloe.schema import Schema
+from icefloe.snapshot_producer import fast_append
 
 READ = "reader-token-0001"
 WRITE = "writer-token-0001"
@@ -344,7 +346,12 @@ async def test_register_and_rename(make_client: Any, kind: str) -> None:
     await error_of(response, 409, "AlreadyExistsException")
     response = await client.post(
         "/v1/namespaces/db/register",
-        json={"name": "x", "metadata-location": "/nonexistent/v1.metadata.json"},
+        json={"name": "x", "metadata-location": "/etc/passwd"},
+    )
+    await error_of(response, 403, "ForbiddenException")
+    inside = created["metadata"]["location"] + "/metadata/missing.metadata.json"
+    response = await client.post(
+        "/v1/namespaces/db/register", json={"name": "x", "metadata-location": inside}
     )
     await error_of(response, 400, "BadRequestException")
     config = await (await client.get("/v1/config")).json()
@@ -848,3 +855,63 @@ async def test_unknown_outcomes_and_storage_failures_get_the_spec_answers(tmp_pa
         response = await client.post("/v1/namespaces/db/tables/t", json=commit)
         assert response.status == 200
         assert len((await response.json())["metadata"]["metadata-log"]) == 1
+
+
+async def test_writers_cannot_reach_outside_the_allowed_locations(
+    make_client: Any, tmp_path: Path
+) -> None:
+    client, service = await make_client()
+    await client.post("/v1/namespaces", json={"namespace": ["db"]})
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    for body in (
+        {"name": "a", "schema": SCHEMA, "location": str(outside / "a")},
+        {"name": "a", "schema": SCHEMA, "location": "/wh/../../etc"},
+        {"name": "a", "schema": SCHEMA, "properties": {"write.metadata.path": str(outside)}},
+    ):
+        response = await client.post("/v1/namespaces/db/tables", json=body)
+        await error_of(response, 403, "ForbiddenException")
+    await create_table(client, name="f")
+    for update in (
+        {"action": "set-location", "location": str(outside)},
+        set_props(**{"write.metadata.path": "file://" + str(outside)}),
+    ):
+        response = await client.post(
+            "/v1/namespaces/db/tables/f", json={"requirements": [], "updates": [update]}
+        )
+        await error_of(response, 403, "ForbiddenException")
+    assert not any(outside.iterdir())
+
+    # A table whose snapshot names a file outside: purging it keeps that file.
+    precious = outside / "precious.parquet"
+    precious.write_bytes(b"not yours")
+    table = await service.catalog.load_table("db.f")
+    await fast_append(table, [DataFile(str(precious), "parquet", (), 1, 9)]).commit()
+    location = Path(table.location.removeprefix("file://"))
+    assert any(location.rglob("*.avro"))
+    response = await client.delete("/v1/namespaces/db/tables/f", params={"purgeRequested": "true"})
+    assert response.status == 204
+    assert precious.read_bytes() == b"not yours"
+    assert not any(p.is_file() for p in location.rglob("*"))
+
+
+async def test_allowed_locations_can_be_widened(make_client: Any, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    client, _ = await make_client(allowed_locations=f"{tmp_path / 'wh'},file://{elsewhere}")
+    await client.post("/v1/namespaces", json={"namespace": ["db"]})
+    body = {"name": "a", "schema": SCHEMA, "location": str(elsewhere / "a")}
+    response = await client.post("/v1/namespaces/db/tables", json=body)
+    # Allowed by the policy; a file-system catalog still insists on its own path.
+    assert response.status in (200, 400), await response.text()
+    if response.status == 400:
+        assert "must live at" in (await response.json())["error"]["message"]
+
+
+def test_one_token_scheme_at_a_time(tmp_path: Path) -> None:
+    config = PlannerConfig(
+        catalog=f"file://{tmp_path}", host="127.0.0.1", port=0, token="planner-token-1"
+    )
+    catalog = FileSystemCatalog("rest", str(tmp_path), LocalFileIO())
+    service = PlannerService(config, catalog, rest=RestCatalogSettings(write_tokens=WRITE))
+    with pytest.raises(ValidationError, match="ICEFLOE_PLANNER_TOKEN"):
+        service.app()
