@@ -377,3 +377,35 @@ def test_java_reads_icefloe_deletes_and_mixed_history(
     if version == 3:
         per_file = [task.delete_files for task in plan_tasks(load(wh, name))]
         assert all(len(ds) <= 1 for ds in per_file)
+
+
+def test_file_system_catalog_lists_java_hadoop_namespaces_and_tables(
+    java_iceberg: JavaIceberg, tmp_path: Path
+) -> None:
+    wh = tmp_path
+    java_iceberg.sql(wh, "CREATE NAMESPACE {cat}.top")
+    java_iceberg.sql(wh, "CREATE NAMESPACE {cat}.top.inner")
+    java_iceberg.sql(wh, "CREATE TABLE {cat}.top.inner.t (id bigint) USING iceberg")
+    java_iceberg.sql(wh, "CREATE TABLE {cat}.top.u (id bigint) USING iceberg")
+    catalog = FileSystemCatalog("java", str(wh), LocalFileIO())
+
+    async def listing() -> tuple[Any, ...]:
+        return (
+            await catalog.list_namespaces(),
+            await catalog.list_namespaces("top"),
+            [str(t) for t in await catalog.list_tables("top")],
+            [str(t) for t in await catalog.list_tables("top.inner")],
+            await catalog.load_namespace_properties("top.inner"),
+        )
+
+    assert asyncio.run(listing()) == (
+        [("top",)],
+        [("top", "inner")],
+        ["top.u"],
+        ["top.inner.t"],
+        {},
+    )
+    # ... and Java sees what icefloe creates there.
+    asyncio.run(catalog.create_namespace("made_by_icefloe"))
+    namespaces = java_iceberg.sql(wh, "SHOW NAMESPACES IN {cat}")
+    assert {r["namespace"] for r in namespaces} == {"top", "made_by_icefloe"}
