@@ -51,8 +51,8 @@ def load(warehouse: Path, name: str) -> Table:
     return asyncio.run(catalog.load_table(name))
 
 
-def plan_tasks(table: Table) -> list[Any]:
-    plan = asyncio.run(plan_scan(table.metadata, ManifestCache(table.io)))
+def plan_tasks(table: Table, snapshot_id: int | None = None) -> list[Any]:
+    plan = asyncio.run(plan_scan(table.metadata, ManifestCache(table.io), snapshot_id=snapshot_id))
     return list(plan.tasks())
 
 
@@ -112,6 +112,12 @@ def _java_history(java: JavaIceberg, warehouse: Path, version: int) -> JavaHisto
     java.sql(warehouse, f"UPDATE {t} SET s = concat(s, '-u') WHERE id % 5 = 1")
     java.sql(warehouse, f"DELETE FROM {t} WHERE id IN (7, 22)")
     java.sql(warehouse, f"UPDATE {t} SET s = 'again' WHERE id = 11")
+    # Java's compaction: rewritten files drop their deletes (and DVs), rows keep their ids.
+    java.sql(
+        warehouse,
+        f"CALL {{cat}}.system.rewrite_data_files(table => '{name}', "
+        "options => map('min-input-files', '1', 'delete-file-threshold', '1'))",
+    )
     history = JavaHistory(warehouse, name, version)
     snapshots = java.sql(warehouse, f"SELECT snapshot_id FROM {t}.snapshots ORDER BY committed_at")
     lineage = ", _row_id, _last_updated_sequence_number" if version >= 3 else ""
@@ -154,13 +160,17 @@ def test_icefloe_reads_java_merge_on_read_rows_at_every_snapshot(
 ) -> None:
     history = java_histories[version]
     table = load(history.warehouse, history.name)
+    *_, before_rewrite, rewritten = history.rows_at
     kinds = {
         "puffin" if is_deletion_vector(d) else d.file_format
-        for task in plan_tasks(table)
+        for task in plan_tasks(table, before_rewrite)
         for d in task.delete_files
     }
     assert kinds == ({"puffin"} if version == 3 else {"parquet"})
-    assert len(history.rows_at) == 6
+    current = table.metadata.current_snapshot()
+    assert current is not None and current.snapshot_id == rewritten
+    assert current.summary is not None and current.summary.operation == "replace"
+    assert len(history.rows_at) == 7
     for sid, expected in history.rows_at.items():
         got = icefloe_rows(history.warehouse, history.name, capsys, "--snapshot", str(sid))
         assert got == expected, f"snapshot {sid}"
@@ -192,7 +202,8 @@ def test_java_deletion_vectors_decode_and_reencode_byte_for_byte(
 ) -> None:
     history = java_histories[3]
     table = load(history.warehouse, history.name)
-    dvs = [d for task in plan_tasks(table) for d in task.delete_files]
+    before_rewrite = list(history.rows_at)[-2]
+    dvs = [d for task in plan_tasks(table, before_rewrite) for d in task.delete_files]
     assert dvs
     for d in dvs:
         data = Path(d.file_path.removeprefix("file:")).read_bytes()
@@ -211,6 +222,7 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
 
     history = java_histories[3]
     table = load(history.warehouse, history.name)
+    before_rewrite = list(history.rows_at)[-2]  # the last snapshot with Java's DVs
     meta = table.metadata
     schema = meta.schema()
     job = ReadJob(
@@ -226,7 +238,7 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
     reader = ScanTaskReader(job, task_io)
     rows: list[dict[str, Any]] = []
     try:
-        for task in plan_tasks(table):
+        for task in plan_tasks(table, before_rewrite):
             specs = meta.specs()
             tj = {
                 "data-file": content_file_to_json(
@@ -239,9 +251,7 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
             rows.extend(reader.read(tj).to_pylist())
     finally:
         task_io.close()
-    current = meta.current_snapshot()
-    assert current is not None
-    expected = history.rows_at[current.snapshot_id]
+    expected = history.rows_at[before_rewrite]
     got = sorted(({"id": r["id"], "s": r["s"], "d": r["d"]} for r in rows), key=lambda r: r["id"])
     assert [(r["id"], r["s"]) for r in got] == [(r["id"], r["s"]) for r in expected]
     assert [None if r["d"] is None else r["d"].isoformat() for r in got] == [
