@@ -17,7 +17,6 @@ number null. :func:`with_row_lineage` gives a writer those columns for rows it r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -141,16 +140,6 @@ def _combined(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return arr.cast(pa.int64())
 
 
-def next_row_ids(record_counts: Sequence[int], first_row_id: int) -> list[int]:
-    """First row ids of files assigned in order from ``first_row_id`` (manifest inheritance)."""
-    out = []
-    current = first_row_id
-    for count in record_counts:
-        out.append(current)
-        current += count
-    return out
-
-
 __all__ = [
     "LAST_UPDATED_SEQUENCE_NUMBER",
     "LAST_UPDATED_SEQUENCE_NUMBER_FIELD_ID",
@@ -161,7 +150,6 @@ __all__ = [
     "inherit_row_ids",
     "inherit_sequence_numbers",
     "lineage_arrow_fields",
-    "next_row_ids",
     "with_lineage_fields",
     "with_row_lineage",
 ]

@@ -24,12 +24,21 @@ from icefloe.delete_index import is_deletion_vector
 from icefloe.deletion_vector import read_deletion_vector
 from icefloe.fileio import LocalFileIO
 from icefloe.manifest_cache import ManifestCache
+from icefloe.metadata_builder import MetadataBuilder
 from icefloe.parquet import write_data_file
 from icefloe.partition import PartitionSpecBuilder
 from icefloe.scan import plan_scan
 from icefloe.schema import Schema
+from icefloe.schema_update import UpdateSchema
 from icefloe.snapshot_producer import data_file_location, fast_append, row_delta
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.types import (
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampNanoType,
+    TimestamptzNanoType,
+)
 from java_iceberg import JavaIceberg
 
 pytestmark = [pytest.mark.interop, pytest.mark.integration]
@@ -42,8 +51,8 @@ def load(warehouse: Path, name: str) -> Table:
     return asyncio.run(catalog.load_table(name))
 
 
-def plan_tasks(table: Table) -> list[Any]:
-    plan = asyncio.run(plan_scan(table.metadata, ManifestCache(table.io)))
+def plan_tasks(table: Table, snapshot_id: int | None = None) -> list[Any]:
+    plan = asyncio.run(plan_scan(table.metadata, ManifestCache(table.io), snapshot_id=snapshot_id))
     return list(plan.tasks())
 
 
@@ -103,6 +112,12 @@ def _java_history(java: JavaIceberg, warehouse: Path, version: int) -> JavaHisto
     java.sql(warehouse, f"UPDATE {t} SET s = concat(s, '-u') WHERE id % 5 = 1")
     java.sql(warehouse, f"DELETE FROM {t} WHERE id IN (7, 22)")
     java.sql(warehouse, f"UPDATE {t} SET s = 'again' WHERE id = 11")
+    # Java's compaction: rewritten files drop their deletes (and DVs), rows keep their ids.
+    java.sql(
+        warehouse,
+        f"CALL {{cat}}.system.rewrite_data_files(table => '{name}', "
+        "options => map('min-input-files', '1', 'delete-file-threshold', '1'))",
+    )
     history = JavaHistory(warehouse, name, version)
     snapshots = java.sql(warehouse, f"SELECT snapshot_id FROM {t}.snapshots ORDER BY committed_at")
     lineage = ", _row_id, _last_updated_sequence_number" if version >= 3 else ""
@@ -145,13 +160,17 @@ def test_icefloe_reads_java_merge_on_read_rows_at_every_snapshot(
 ) -> None:
     history = java_histories[version]
     table = load(history.warehouse, history.name)
+    *_, before_rewrite, rewritten = history.rows_at
     kinds = {
         "puffin" if is_deletion_vector(d) else d.file_format
-        for task in plan_tasks(table)
+        for task in plan_tasks(table, before_rewrite)
         for d in task.delete_files
     }
     assert kinds == ({"puffin"} if version == 3 else {"parquet"})
-    assert len(history.rows_at) == 6
+    current = table.metadata.current_snapshot()
+    assert current is not None and current.snapshot_id == rewritten
+    assert current.summary is not None and current.summary.operation == "replace"
+    assert len(history.rows_at) == 7
     for sid, expected in history.rows_at.items():
         got = icefloe_rows(history.warehouse, history.name, capsys, "--snapshot", str(sid))
         assert got == expected, f"snapshot {sid}"
@@ -183,7 +202,8 @@ def test_java_deletion_vectors_decode_and_reencode_byte_for_byte(
 ) -> None:
     history = java_histories[3]
     table = load(history.warehouse, history.name)
-    dvs = [d for task in plan_tasks(table) for d in task.delete_files]
+    before_rewrite = list(history.rows_at)[-2]
+    dvs = [d for task in plan_tasks(table, before_rewrite) for d in task.delete_files]
     assert dvs
     for d in dvs:
         data = Path(d.file_path.removeprefix("file:")).read_bytes()
@@ -202,6 +222,7 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
 
     history = java_histories[3]
     table = load(history.warehouse, history.name)
+    before_rewrite = list(history.rows_at)[-2]  # the last snapshot with Java's DVs
     meta = table.metadata
     schema = meta.schema()
     job = ReadJob(
@@ -217,7 +238,7 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
     reader = ScanTaskReader(job, task_io)
     rows: list[dict[str, Any]] = []
     try:
-        for task in plan_tasks(table):
+        for task in plan_tasks(table, before_rewrite):
             specs = meta.specs()
             tj = {
                 "data-file": content_file_to_json(
@@ -230,9 +251,7 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
             rows.extend(reader.read(tj).to_pylist())
     finally:
         task_io.close()
-    current = meta.current_snapshot()
-    assert current is not None
-    expected = history.rows_at[current.snapshot_id]
+    expected = history.rows_at[before_rewrite]
     got = sorted(({"id": r["id"], "s": r["s"], "d": r["d"]} for r in rows), key=lambda r: r["id"])
     assert [(r["id"], r["s"]) for r in got] == [(r["id"], r["s"]) for r in expected]
     assert [None if r["d"] is None else r["d"].isoformat() for r in got] == [
@@ -377,3 +396,121 @@ def test_java_reads_icefloe_deletes_and_mixed_history(
     if version == 3:
         per_file = [task.delete_files for task in plan_tasks(load(wh, name))]
         assert all(len(ds) <= 1 for ds in per_file)
+    # Java expires everything but the head; both still read the same rows.
+    java_iceberg.sql(
+        wh,
+        f"CALL {{cat}}.system.expire_snapshots(table => '{name}', "
+        "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)",
+    )
+    assert len(load(wh, name).metadata.snapshots) == 1
+    assert icefloe_rows(wh, name, capsys) == java_after
+
+
+def test_file_system_catalog_lists_java_hadoop_namespaces_and_tables(
+    java_iceberg: JavaIceberg, tmp_path: Path
+) -> None:
+    wh = tmp_path
+    java_iceberg.sql(wh, "CREATE NAMESPACE {cat}.top")
+    java_iceberg.sql(wh, "CREATE NAMESPACE {cat}.top.inner")
+    java_iceberg.sql(wh, "CREATE TABLE {cat}.top.inner.t (id bigint) USING iceberg")
+    java_iceberg.sql(wh, "CREATE TABLE {cat}.top.u (id bigint) USING iceberg")
+    catalog = FileSystemCatalog("java", str(wh), LocalFileIO())
+
+    async def listing() -> tuple[Any, ...]:
+        return (
+            await catalog.list_namespaces(),
+            await catalog.list_namespaces("top"),
+            [str(t) for t in await catalog.list_tables("top")],
+            [str(t) for t in await catalog.list_tables("top.inner")],
+            await catalog.load_namespace_properties("top.inner"),
+        )
+
+    assert asyncio.run(listing()) == (
+        [("top",)],
+        [("top", "inner")],
+        ["top.u"],
+        ["top.inner.t"],
+        {},
+    )
+    # ... and Java sees what icefloe creates there.
+    asyncio.run(catalog.create_namespace("made_by_icefloe"))
+    namespaces = java_iceberg.sql(wh, "SHOW NAMESPACES IN {cat}")
+    assert {r["namespace"] for r in namespaces} == {"top", "made_by_icefloe"}
+
+
+def test_v3_types_and_defaults_icefloe_writes_java_reads(
+    java_iceberg: JavaIceberg, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """timestamp_ns / timestamptz_ns values, and initial defaults for rows written before
+    the column existed, as icefloe writes them and Java reads them.
+
+    Spark 3.5 has no nanosecond timestamp type (Iceberg's Spark 3.5 runtime refuses to
+    convert ``timestamp_ns``), so Java loads that table's metadata (its snapshots table)
+    while icefloe reads its rows; the defaults are read by both.
+    """
+    wh = tmp_path
+    ns_schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "ts", TimestampNanoType()),
+        NestedField(3, "tstz", TimestamptzNanoType()),
+    )
+    ns = 1_700_000_000_123_456_789
+
+    async def write(name: str, schema: Schema, rows: pa.Table) -> Table:
+        catalog = FileSystemCatalog("ice", str(wh), LocalFileIO())
+        if ("db",) not in await catalog.list_namespaces():
+            await catalog.create_namespace("db")
+        table = await catalog.create_table(f"db.{name}", schema, format_version=3)
+        path = data_file_location(table, "", f"{name}.parquet")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        f = write_data_file(rows, path, schema=table.metadata.schema(), file_path=path)
+        return await fast_append(table, [f]).commit()
+
+    async def add_defaults(table: Table) -> Table:
+        metadata = table.metadata
+        new_schema, last = (
+            UpdateSchema(metadata.schema(), metadata.last_column_id, metadata.format_version)
+            .add_column("k", IntegerType(), initial_default=7)
+            .add_column("label", StringType(), initial_default="dflt")
+            .apply()
+        )
+        new_metadata = (
+            MetadataBuilder(metadata)
+            .add_schema(new_schema, last)
+            .set_current_schema(-1)
+            .build(table.metadata_location)
+        )
+        return await table.catalog.commit(table, new_metadata)
+
+    ids = pa.array([1, 2], pa.int64())
+    asyncio.run(
+        write(
+            "ns",
+            ns_schema,
+            pa.table(
+                {
+                    "id": ids,
+                    "ts": pa.array([ns, None], pa.timestamp("ns")),
+                    "tstz": pa.array([ns + 1, ns + 2], pa.timestamp("ns", tz="UTC")),
+                }
+            ),
+        )
+    )
+    defaults = asyncio.run(
+        write(
+            "defaults",
+            Schema(NestedField(1, "id", LongType(), required=True)),
+            pa.table({"id": ids}),
+        )
+    )
+    asyncio.run(add_defaults(defaults))
+
+    assert java_iceberg.sql(wh, "SELECT count(*) AS n FROM {cat}.db.ns.snapshots") == [{"n": 1}]
+    ours = icefloe_rows(wh, "db.ns", capsys)
+    assert ours[0]["ts"].startswith("2023-11-14") and ours[0]["ts"].endswith("123456789")
+    assert ours[1]["ts"] is None
+    assert ours[1]["tstz"].endswith("123456791+00:00")
+
+    got = java_iceberg.sql(wh, "SELECT id, k, label FROM {cat}.db.defaults ORDER BY id")
+    assert got == [{"id": 1, "k": 7, "label": "dflt"}, {"id": 2, "k": 7, "label": "dflt"}]
+    assert icefloe_rows(wh, "db.defaults", capsys) == got
