@@ -170,7 +170,9 @@ async def test_s3_round_trip_and_conditional_put(s3_server: S3Endpoint) -> None:
 
 
 @pytest.mark.integration
-async def test_redis_server_answers_and_does_not_persist(redis_server: str) -> None:
+async def test_redis_server_answers_and_persists_with_its_append_only_file(
+    redis_server: str,
+) -> None:
     assert redis_server.startswith(f"redis://{HOST}:") and redis_server.endswith("/0")
     client = aioredis.from_url(redis_server)
     try:
@@ -179,7 +181,11 @@ async def test_redis_server_answers_and_does_not_persist(redis_server: str) -> N
         assert not await client.set(key, b"w", nx=True)
         assert await client.get(key) == b"v"
         assert await client.config_get("save") == {"save": ""}
-        assert await client.config_get("appendonly") == {"appendonly": "no"}
+        # A Redis catalog that loses its data loses its tables: the stack persists, as
+        # production must (append-only file, fsynced every second, in the stack's directory).
+        assert await client.config_get("appendonly") == {"appendonly": "yes"}
+        assert await client.config_get("appendfsync") == {"appendfsync": "everysec"}
+        assert (await client.config_get("dir"))["dir"].endswith("redis-data")
     finally:
         await client.aclose()
 
