@@ -236,7 +236,7 @@ def content_file_json(f: DataFile, plan: ScanPlan, stats: frozenset[int]) -> dic
 
 def scan_tasks_json(plan: ScanPlan, start: int, stop: int) -> dict[str, Any]:
     """The ``ScanTasks`` object of tasks ``start``..``stop``, with their delete files."""
-    tasks = plan.tasks(start, stop)
+    tasks = plan.tasks(start, stop, with_metrics=bool(plan.stats_field_ids))
     delete_files: list[dict[str, Any]] = []
     delete_index: dict[str, int] = {}
     file_tasks = []
