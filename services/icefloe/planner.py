@@ -541,6 +541,7 @@ class _StateCollector:
             ("cache_max_bytes", stats.max_bytes, "manifest cache budget"),
             ("cache_entries", stats.entries, "manifest lists and manifests cached"),
             ("plans", len(s.plans), "plans held for plan-task fetches"),
+            ("plan_bytes", s.plans.bytes, "bytes of the selected rows held plans keep"),
             ("tables", len(s.refresher.tables), "tables held in memory"),
         ):
             gauge = GaugeMetricFamily(f"icefloe_planner_{name}", doc)
