@@ -6,21 +6,28 @@ manifests in memory (:mod:`icefloe.manifest_cache`) and answers the REST catalog
 ``planTableScan`` with the files to read. The API follows the Iceberg REST OpenAPI document,
 trimmed to what is implemented (served at ``/openapi.yaml``):
 
-* ``GET /v1/config``: ``endpoints`` lists exactly the routes below and ``overrides`` sets
-  ``scan-planning-mode=server`` (PyIceberg's switch to server-side planning);
+* ``GET /v1/config``: ``endpoints`` lists exactly the routes registered in the app (so routes
+  other modules add appear too) and ``scan-planning-mode`` (PyIceberg's switch to
+  server-side planning) is advertised as configured: a default, an override, or not at all;
+  a table property of that name overrides it in loadTable's ``config``;
 * namespaces (list, load, exists) and tables (list, load, exists);
 * ``POST .../plan``: plans synchronously and answers ``completed``. The first page of
   file scan tasks comes inline; larger scans list ``plan-tasks`` tokens, each fetched with
-  ``POST .../tasks``. ``GET``/``DELETE .../plan/{plan-id}`` fetch and release a plan.
+  ``POST .../tasks``. Plan ids and tokens are signed descriptions of the plan
+  (:mod:`icefloe.plan_tokens`), so any replica sharing the secret serves them; a task's
+  residual is omitted when it is the request's filter. ``GET``/``DELETE .../plan/{plan-id}`` fetch and release a plan.
   Besides ``snapshot-id`` and the incremental ``start-snapshot-id``/``end-snapshot-id``,
   requests may use two documented extensions for time travel: ``ref`` (a branch or tag
   name) and ``as-of-timestamp-ms`` (the snapshot current at that time, from the log);
 * ``/healthz``, ``/readyz`` and Prometheus ``/metrics``.
 
 Errors use the spec's error model (``{"error": {"message", "type", "code"}}``): 400 for
-malformed requests and filters naming unknown columns, 404 for unknown namespaces, tables,
-snapshots, plans and plan tasks, 401/403 for a missing or wrong bearer token when one is
-configured. Bad input never produces a 500: everything a client sends is validated before
+malformed requests, names over 255 bytes and filters naming unknown columns, 404 for unknown
+namespaces, tables, snapshots, plans and plan tasks (forged or malformed tokens included),
+406 for unsupported operations, 413 for bodies over ``max_request_bytes``, 401/403 for a
+missing or wrong bearer token when one is configured; storage failures are 503 without the
+server's paths (those go to the log). Every request is logged as one JSON line on the
+``icefloe.access`` logger. Bad input never produces a 500: everything a client sends is validated before
 it reaches planning, and planning itself reports bad input with typed exceptions.
 """
 
@@ -237,7 +244,7 @@ def content_file_json(f: DataFile, plan: ScanPlan, stats: frozenset[int]) -> dic
 
 def scan_tasks_json(plan: ScanPlan, start: int, stop: int) -> dict[str, Any]:
     """The ``ScanTasks`` object of tasks ``start``..``stop``, with their delete files."""
-    tasks = plan.tasks(start, stop)
+    tasks = plan.tasks(start, stop, with_metrics=bool(plan.stats_field_ids))
     delete_files: list[dict[str, Any]] = []
     delete_index: dict[str, int] = {}
     file_tasks = []
@@ -544,6 +551,7 @@ class _StateCollector:
             ("cache_max_bytes", stats.max_bytes, "manifest cache budget"),
             ("cache_entries", stats.entries, "manifest lists and manifests cached"),
             ("plans", len(s.plans), "plans held for plan-task fetches"),
+            ("plan_bytes", s.plans.bytes, "bytes of the selected rows held plans keep"),
             ("tables", len(s.refresher.tables), "tables held in memory"),
         ):
             gauge = GaugeMetricFamily(f"icefloe_planner_{name}", doc)

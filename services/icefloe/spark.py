@@ -1303,13 +1303,15 @@ class PlannerClient:
                     raise PlanningError(f"{what}: planning failed: {error.get('message', error)}")
                 if status != "completed":
                     raise PlanningError(f"{what}: unexpected planning status {status!r}")
-                pending = list(self._collect(result, plan, what))
+                # A task without a residual uses the request's filter (REST spec).
+                default = request.get("filter")
+                pending = list(self._collect(result, plan, what, default))
                 tasks_url = f"{self._table_url(identifier)}/tasks"
                 while pending:
                     page = await self._call(
                         session, "POST", tasks_url, {"plan-task": pending.pop()}, what
                     )
-                    pending.extend(self._collect(page, plan, what))
+                    pending.extend(self._collect(page, plan, what, default))
                 finished = True
             finally:
                 if plan_id is not None and not finished:
@@ -1320,7 +1322,9 @@ class PlannerClient:
         return plan
 
     @staticmethod
-    def _collect(page: Mapping[str, Any], plan: ScanPlan, what: str) -> list[str]:
+    def _collect(
+        page: Mapping[str, Any], plan: ScanPlan, what: str, default_residual: Any = None
+    ) -> list[str]:
         deletes = page.get("delete-files") or []
         for task in page.get("file-scan-tasks") or []:
             if not isinstance(task, dict) or not isinstance(task.get("data-file"), dict):
@@ -1337,7 +1341,7 @@ class PlannerClient:
                 {
                     "data-file": _without_stats(task["data-file"]),
                     "delete-files": [_without_stats(d) for d in inlined],
-                    "residual-filter": task.get("residual-filter"),
+                    "residual-filter": task.get("residual-filter", default_residual),
                 }
             )
         plan_tasks = page.get("plan-tasks") or []

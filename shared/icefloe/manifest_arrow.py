@@ -21,9 +21,11 @@ names the defect of a malformed file precisely. ``ICEFLOE_MANIFEST_DECODER`` sel
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import uuid
@@ -159,6 +161,7 @@ def _scratch() -> str:
         shm = Path("/dev/shm")
         base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
         _scratch_dir = tempfile.mkdtemp(prefix="icefloe-manifests-", dir=base)
+        atexit.register(shutil.rmtree, _scratch_dir, True)
     return _scratch_dir
 
 

@@ -564,15 +564,21 @@ class CachedManifest:
             self.manifest, self.spec, self.partition_type, columns, partitions, tuples
         )
 
-    def rows(self, indices: Sequence[int] | Any) -> ManifestRows:
-        """DataFiles (and data sequence numbers) of the given rows, in that order."""
+    def rows(self, indices: Sequence[int] | Any, *, with_metrics: bool = True) -> ManifestRows:
+        """DataFiles (and data sequence numbers) of the given rows, in that order.
+
+        ``with_metrics=False`` leaves the column metric maps out (None), for callers that do
+        not return them: building a dict per map and file is most of the cost of a row.
+        """
         take = indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int64())
         if len(take) == 0:
             return ManifestRows([], [])
         cols: dict[str, list[Any]] = {}
         for name, arr in self._columns.items():
-            taken = pc.take(arr, take)
-            cols[name] = _map_dicts(taken) if name in self._maps else taken.to_pylist()
+            if name in self._maps:
+                cols[name] = _map_dicts(pc.take(arr, take)) if with_metrics else [None] * len(take)
+            else:
+                cols[name] = pc.take(arr, take).to_pylist()
         if self._tuples is not None:
             tuples = [self._tuples[i] for i in take.to_pylist()]
         else:

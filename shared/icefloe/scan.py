@@ -140,8 +140,13 @@ class ScanPlan:
     def __len__(self) -> int:
         return self._count
 
-    def tasks(self, start: int = 0, stop: int | None = None) -> list[FileScanTask]:
-        """Tasks ``start`` to ``stop`` (exclusive) in plan order (manifest order)."""
+    def tasks(
+        self, start: int = 0, stop: int | None = None, *, with_metrics: bool = True
+    ) -> list[FileScanTask]:
+        """Tasks ``start`` to ``stop`` (exclusive) in plan order (manifest order).
+
+        ``with_metrics=False`` builds data files without their column metric maps (for a
+        response that returns no column stats)."""
         stop = self._count if stop is None else min(stop, self._count)
         start = max(0, start)
         out: list[FileScanTask] = []
@@ -153,7 +158,9 @@ class ScanPlan:
             segment = self._segments[index]
             first = position - self._starts[index]
             last = min(len(segment.rows), stop - self._starts[index])
-            rows = segment.manifest.rows(segment.rows.slice(first, last - first))
+            rows = segment.manifest.rows(
+                segment.rows.slice(first, last - first), with_metrics=with_metrics
+            )
             residual = self._residual(segment.manifest.spec_id)
             for f, seq in zip(rows.data_files, rows.data_sequence_numbers):
                 out.append(

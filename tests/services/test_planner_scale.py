@@ -226,11 +226,13 @@ def test_the_service_benchmark_runs_every_client_level() -> None:
 
     figures = asyncio.run(planner_service_benchmark(ctx))
     assert [f.name for f in figures] == [
-        f"0k-file table, {n} clients, selective plans" for n in CLIENT_LEVELS
+        f"0k-file table, {w}, {n} clients, selective"
+        for w in ("1 process", "2 processes")
+        for n in CLIENT_LEVELS
     ]
     assert all(f.icefloe.work >= 20 for f in figures)
-    assert sum("healthz p99" in note for note in ctx.notes) == len(CLIENT_LEVELS)
-    assert any(note.startswith("RSS:") for note in ctx.notes)
+    assert sum("healthz p99" in note for note in ctx.notes) == 2 * len(CLIENT_LEVELS)
+    assert sum("RSS" in note for note in ctx.notes) == 2
 
 
 async def test_worker_processes_share_one_port_and_serve_each_others_tokens(

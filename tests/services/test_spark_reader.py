@@ -281,14 +281,17 @@ async def test_the_planning_client_polls_pages_and_inlines_deletes() -> None:
     server = await _serve(planner)
     try:
         client = ispark.PlannerClient(str(server.make_url("/")), prefix="pre")
-        plan = await client.plan(TableIdentifier(("a", "b"), "t"), {"snapshot-id": 7})
+        request = {"snapshot-id": 7, "filter": {"type": "eq", "term": "x", "value": 1}}
+        plan = await client.plan(TableIdentifier(("a", "b"), "t"), request)
     finally:
         await server.close()
     assert [t["data-file"]["file-path"] for t in plan.tasks] == ["a", "b", "c"]
     assert [d["file-path"] for d in plan.tasks[0]["delete-files"]] == ["d1"]
     assert "lower-bounds" not in plan.tasks[0]["data-file"]  # stats are not shipped to tasks
     assert plan.tasks[1]["residual-filter"] == {"type": "true"}
-    assert planner.calls[0] == ("plan", {"snapshot-id": 7})
+    # A task without a residual gets the request's filter, as the REST spec says.
+    assert plan.tasks[2]["residual-filter"] == request["filter"]
+    assert planner.calls[0] == ("plan", request)
     assert [route for route, _ in planner.calls] == ["plan", "fetch", "fetch", "tasks", "tasks"]
     assert planner.calls[3][1] == {"plan-task": "t1"}
 

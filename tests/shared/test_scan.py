@@ -671,3 +671,27 @@ def test_a_held_plan_pins_no_cached_manifest(built: Built) -> None:
     assert len(alive) < len(refs)
     assert [t.data_file.file_path for t in p.tasks()] == before
     assert p.nbytes > 0
+
+
+def test_tasks_without_metrics_differ_only_in_the_metric_maps(built: Built) -> None:
+    import dataclasses
+
+    p = plan(built, row_filter=parse_expression({"type": "not-null", "term": "category"}))
+    maps = (
+        "column_sizes",
+        "value_counts",
+        "null_value_counts",
+        "nan_value_counts",
+        "lower_bounds",
+        "upper_bounds",
+    )
+    full, lean = p.tasks(), p.tasks(with_metrics=False)
+    assert len(full) == len(lean) > 0
+    for a, b in zip(full, lean):
+        assert all(getattr(b.data_file, m) is None for m in maps)
+        assert dataclasses.replace(a.data_file, **{m: None for m in maps}) == b.data_file
+        assert (a.delete_files, a.residual, a.data_sequence_number) == (
+            b.delete_files,
+            b.residual,
+            b.data_sequence_number,
+        )
