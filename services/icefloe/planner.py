@@ -1227,27 +1227,43 @@ def advertised_endpoints(
 # ---------------------------------------------------------------------------------------------
 
 
-async def serve(config: PlannerConfig, *, reuse_port: bool = False) -> None:
-    """Run until SIGINT or SIGTERM."""
+async def serve(
+    config: PlannerConfig, *, reuse_port: bool = False, parent_pid: int | None = None
+) -> None:
+    """Run until SIGINT or SIGTERM (or, for a worker, until its supervisor is gone)."""
+    import os
+
     service = PlannerService(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
+
+    async def orphaned() -> None:
+        # A worker whose supervisor was killed (SIGKILL forwards nothing) must not linger.
+        while not stop.is_set():
+            await asyncio.sleep(1.0)
+            if os.getppid() != parent_pid:
+                log.warning("the supervising process is gone; stopping this worker")
+                stop.set()
+
+    watchdog = asyncio.create_task(orphaned()) if parent_pid is not None else None
     await service.start(reuse_port=reuse_port)
     try:
         await stop.wait()
     finally:
+        if watchdog is not None:
+            watchdog.cancel()
         await service.stop()
         await service.catalog.close()
 
 
-def _worker(overrides: dict[str, Any]) -> None:
+def _worker(overrides: dict[str, Any], parent_pid: int) -> None:
     """One of ``workers`` processes: the same settings, the port shared (SO_REUSEPORT)."""
     config = PlannerConfig.load(overrides)
     _configure_logging(config)
-    asyncio.run(serve(config, reuse_port=True))
+    asyncio.run(serve(config, reuse_port=True, parent_pid=parent_pid))
 
 
 def _configure_logging(config: PlannerConfig) -> None:
@@ -1275,7 +1291,9 @@ def serve_workers(config: PlannerConfig, overrides: dict[str, Any]) -> int:
         log.warning("ICEFLOE_PLANNER_CACHE_DIR is unset: each worker decodes manifests itself")
     context = multiprocessing.get_context("spawn")
     child = {**overrides, "workers": 1}
-    processes = [context.Process(target=_worker, args=(child,)) for _ in range(config.workers)]
+    processes = [
+        context.Process(target=_worker, args=(child, os.getpid())) for _ in range(config.workers)
+    ]
     for process in processes:
         process.start()
 
