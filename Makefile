@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/.tools/node_modules/.bin:$(PATH)
 
-.PHONY: setup demo test check lint typecheck unit bench clean
+.PHONY: setup demo test test-fast check lint typecheck unit bench clean
 
 setup:
 	@bash deploy/setup.sh
@@ -22,6 +22,12 @@ typecheck:
 
 test: check
 	$(PY) -m pytest -q --durations=15
+
+# The fast tier, to run constantly while developing: the core's unit tests and the
+# coordinator's state machines, no servers, fewer Hypothesis examples. CI runs `make test`.
+test-fast: setup
+	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not integration and not interop" \
+		tests/shared tests/test_layering.py tests/services/test_table_batcher.py
 
 bench: setup
 	$(PY) -m icefloe.bench

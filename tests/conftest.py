@@ -22,6 +22,7 @@ from servers import LocalStack, S3Endpoint
 # so CI is repeatable and a red run is reproduced by running it again. No deadlines in
 # either: the machines are shared and a slow example is not a failure.
 settings.register_profile("dev", deadline=None)
+settings.register_profile("fast", deadline=None, max_examples=20)  # `make test-fast`
 settings.register_profile(
     "ci",
     deadline=None,
