@@ -727,7 +727,16 @@ def _weed_command(binary: Path, port: int) -> list[str]:
 def seaweedfs_spec() -> ServerSpec:
     """SeaweedFS's S3 gateway (real conditional puts), all in one ``weed mini`` process."""
     binary = weed_binary()
-    return ServerSpec("seaweedfs", functools.partial(_weed_command, binary), probe_s3_write)
+    # `weed mini` turns on authentication when it finds AWS credentials in its environment
+    # (say, exported by a local stack in the same process), and the probe is anonymous;
+    # any credentials are accepted while authentication is off.
+    no_credentials = {"AWS_ACCESS_KEY_ID": "", "AWS_SECRET_ACCESS_KEY": "", "S3_BUCKET": ""}
+    return ServerSpec(
+        "seaweedfs",
+        functools.partial(_weed_command, binary),
+        probe_s3_write,
+        env=no_credentials,
+    )
 
 
 def redis_spec(data_dir: Path | None = None) -> ServerSpec:

@@ -515,3 +515,18 @@ def test_exports_survive_a_shell_round_trip(env: dict[str, str]) -> None:
     ).stdout
     values = out.decode("utf-8", errors="surrogateescape").split("\0")[:-1] if names else []
     assert dict(zip(names, values)) == env
+
+
+@pytest.mark.integration
+def test_s3_starts_open_even_with_aws_credentials_in_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`weed mini` would turn on authentication on seeing AWS credentials (which another
+    stack's environment exports) and then refuse the anonymous readiness probe."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "someone")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "something")
+    with LocalStack(s3=True) as stack:
+        bucket = stack.s3.create_bucket()
+        stack.s3.boto3_client().put_object(Bucket=bucket, Key="k", Body=b"x")
+        body = stack.s3.boto3_client().get_object(Bucket=bucket, Key="k")["Body"].read()
+        assert body == b"x"
