@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from java_iceberg import JavaIceberg
-from servers import LocalStack, S3Endpoint
+from servers import LocalStack, S3Endpoint, start_moto_s3
 
 # Hypothesis profiles. "dev" (the default) explores freshly on every run, so developers keep
 # finding new cases; "ci" (chosen when CI=true, or with HYPOTHESIS_PROFILE=ci) derandomizes,
@@ -40,6 +40,17 @@ def s3_server() -> Iterator[S3Endpoint]:
     """A SeaweedFS S3 server (real, atomic ``If-None-Match: *`` conditional writes)."""
     with LocalStack(s3=True) as stack:
         yield stack.s3
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[str]:
+    """Endpoint URL of a (single-threaded) moto server, only for what the real servers lack:
+    DynamoDB's TransactWriteItems, which dynalite does not implement."""
+    server = start_moto_s3()
+    try:
+        yield f"http://127.0.0.1:{server.port}"
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -81,7 +81,7 @@ def store_url(kind: str, request: pytest.FixtureRequest) -> str | None:
     if kind == "redis":
         return str(request.getfixturevalue("redis_server"))
     if kind == "dynamodb":
-        return str(request.getfixturevalue("moto_s3").endpoint_url)
+        return str(request.getfixturevalue("moto_server"))
     return None
 
 

@@ -159,9 +159,9 @@ async def test_multi_table_swaps_are_all_or_nothing(
     if store == "redis":
         uri = f"{request.getfixturevalue('redis_server')}?warehouse={tmp_path}&prefix=m{uuid4().hex[:8]}"
     else:
-        moto = request.getfixturevalue("moto_s3")  # moto's DynamoDB has TransactWriteItems
+        moto_endpoint = request.getfixturevalue("moto_server")  # TransactWriteItems
         uri = (
-            f"dynamodb://m{uuid4().hex[:8]}?endpoint={moto.endpoint_url}&region=us-east-1"
+            f"dynamodb://m{uuid4().hex[:8]}?endpoint={moto_endpoint}&region=us-east-1"
             f"&warehouse={tmp_path}&dynamodb.access-key-id=test&dynamodb.secret-access-key=test"
         )
     catalog = load_catalog(uri)
