@@ -370,15 +370,8 @@ class FileSystemCatalog(Catalog):
         root = self._table_path(ident) if purge else self._metadata_path(ident)
         async for info in self.io.list(root):
             await self.io.delete(info.path)
-        if isinstance(self.io, LocalFileIO):
-            # Left as empty folders they would read as namespaces (HadoopCatalog's rule).
-            table_dir = parse_location(self._table_path(ident))[2]
-
-            def prune() -> None:
-                for dirpath, _, _ in sorted(os.walk(table_dir), key=lambda w: -len(w[0])):
-                    _remove_empty_dir(dirpath)
-
-            await asyncio.to_thread(prune)
+        # Left as empty folders they would read as namespaces (HadoopCatalog's rule).
+        await self.io.remove_empty_dirs(self._table_path(ident))
 
 
 def _remove_empty_dir(path: str) -> None:

@@ -223,6 +223,14 @@ class FileIO(ABC):
         ``data2/…``. A prefix with nothing below it yields nothing.
         """
 
+    async def remove_empty_dirs(self, prefix: str) -> None:  # noqa: B027 - no folders
+        """Remove the folders below (and at) ``prefix`` that hold no file.
+
+        Object stores have no folders, so this does nothing there; on a local disk, folders
+        left empty after deleting a table's files would otherwise read as namespaces (the
+        rule of Java's HadoopCatalog).
+        """
+
     async def close(self) -> None:  # noqa: B027 - optional hook, most IOs hold nothing
         """Release clients and connections. The IO must not be used afterwards."""
 
@@ -429,6 +437,13 @@ def _local_size(path: str) -> int:
     return st.st_size
 
 
+def _local_remove_empty_dirs(directory: str) -> None:
+    """Deepest first, so a folder whose sub-folders were all empty goes too."""
+    for dirpath, _, _ in sorted(os.walk(directory), key=lambda w: -len(w[0])):
+        with contextlib.suppress(OSError):  # not empty, or already gone
+            os.rmdir(dirpath)
+
+
 def _local_walk(directory: str) -> list[tuple[str, int, int]]:
     """(relative path with ``/`` separators, size, mtime ms) for every file below a dir."""
     found: list[tuple[str, int, int]] = []
@@ -504,6 +519,9 @@ class LocalFileIO(FileIO):
         sep = "" if base.endswith("/") else "/"
         for rel, size, mtime_ms in files:
             yield FileInfo(f"{base}{sep}{rel}", size, mtime_ms)
+
+    async def remove_empty_dirs(self, prefix: str) -> None:
+        await self._run(prefix, "remove empty folders", _local_remove_empty_dirs)
 
 
 # --------------------------------------------------------------------------------------
@@ -922,6 +940,9 @@ class RoutingFileIO(FileIO):
     async def list(self, prefix: str) -> AsyncIterator[FileInfo]:
         async for info in self._io(prefix).list(prefix):
             yield info
+
+    async def remove_empty_dirs(self, prefix: str) -> None:
+        await self._io(prefix).remove_empty_dirs(prefix)
 
     async def close(self) -> None:
         ios, self._ios = builtins.list(self._ios.values()), {}

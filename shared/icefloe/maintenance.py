@@ -313,4 +313,6 @@ async def purge_table_files(table: Table, within: Callable[[str], bool] | None =
     refused = sorted(p for p in paths if within is not None and not within(p))
     for path in paths.difference(refused):
         await table.io.delete(path)
+    if not refused:
+        await table.io.remove_empty_dirs(table.location)
     return refused
