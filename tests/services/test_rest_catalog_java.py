@@ -12,7 +12,11 @@ server gets its own Spark catalog name, since Spark keeps a catalog instance per
 
 from __future__ import annotations
 
+import asyncio
+import threading
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -123,4 +127,172 @@ def test_java_spark_creates_inserts_deletes_compacts_and_expires(
     )
     metadata = server.run(server.catalog.load_table(name)).metadata
     assert [s.snapshot_id for s in metadata.snapshots] == [metadata.current_snapshot_id]
+    assert_everyone_reads(java, server, cat, name, expected)
+
+
+def assert_linear(metadata: Any) -> None:
+    """Every snapshot is an ancestor of main, each the parent of the next (expired ancestors
+    end the chain): no commit of Spark's or the coordinator's was made on a stale base."""
+    snapshots = {s.snapshot_id: s for s in metadata.snapshots}
+    chain = []
+    current = metadata.current_snapshot_id
+    while current is not None and current in snapshots:
+        chain.append(current)
+        current = snapshots[current].parent_snapshot_id
+    assert set(chain) == set(snapshots)
+    sequence = [snapshots[s].sequence_number for s in reversed(chain)]
+    assert sequence == sorted(set(sequence))
+
+
+def test_java_spark_writes_and_compacts_while_the_coordinator_commits(
+    server: Server, java_iceberg: JavaIceberg, kafka_broker: str
+) -> None:
+    """Spark inserts, deletes (merge-on-read) and compacts through icefloe while the
+    coordinator commits Kafka events to the same table: every row of both lands exactly once,
+    Spark's deletes hold, and the history is one line. Compaction by Spark rewrites files the
+    coordinator committed, so the coordinator's bookkeeping must survive commits it did not
+    make."""
+    import pyarrow as pa
+    from aiokafka import AIOKafkaProducer
+
+    from icefloe.catalog_uri import load_catalog
+    from icefloe.coordinator import Coordinator
+    from icefloe.coordinator_config import CoordinatorConfig
+    from icefloe.events import (
+        CommitOperation,
+        CommitRequested,
+        FilesWritten,
+        encode_event,
+        event_key,
+    )
+    from icefloe.parquet import write_files
+
+    java = java_iceberg
+    cat = spark_catalog(java, server)
+    name = "jmixed.t"
+    java.sql(server.warehouse, f"CREATE NAMESPACE {cat}.jmixed")
+    java.sql(
+        server.warehouse,
+        f"CREATE TABLE {cat}.{name} (id BIGINT NOT NULL, cat STRING) USING iceberg "
+        "TBLPROPERTIES ('format-version'='2', 'write.delete.mode'='merge-on-read', "
+        "'write.delete.isolation-level'='snapshot', 'commit.retry.num-retries'='50', "
+        "'commit.retry.min-wait-ms'='20', 'commit.retry.max-wait-ms'='500')",
+    )
+    arrow = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("cat", pa.string())])
+    uri = server.catalog_uri
+    prefix = f"rj{uuid.uuid4().hex[:8]}"
+    coordinator_ids: list[int] = []
+    spark_done = threading.Event()
+
+    async def coordinate() -> None:
+        config = CoordinatorConfig(
+            brokers=kafka_broker,
+            catalog=uri,
+            events_topic=f"{prefix}.events",
+            results_topic=f"{prefix}.results",
+            dead_letter_topic=f"{prefix}.dead-letter",
+            group_id=f"{prefix}-coordinator",
+            topic_partitions=1,
+            session_timeout_ms=2000,
+            http_port=0,
+            http_host="127.0.0.1",
+            batch_max_wait_ms=20,
+            offset_commit_interval_ms=100,
+            log_format="text",
+        )
+        coordinator = Coordinator(config)
+        task = asyncio.create_task(coordinator.run())
+        while not coordinator.ready:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.05)
+        catalog = load_catalog(uri)
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all")
+        await producer.start()
+        try:
+            table = await catalog.load_table(name)
+            md = table.metadata
+            n = 0
+            # Until Spark is done (and at least a few batches): the two really interleave.
+            while not spark_done.is_set() or n < 6:
+                ids = list(range(10_000 + n * 5, 10_000 + n * 5 + 5))
+                data = pa.table({"id": ids, "cat": ["k"] * 5}, schema=arrow)
+                files = await write_files(
+                    table.io, data, table.location, schema=md.schema(), spec=md.spec()
+                )
+                event = FilesWritten.from_data_files(
+                    name, f"c{n}", "writer", f"c{n}/a", md.schema(), md.spec(), files
+                )
+                await producer.send(f"{prefix}.events", encode_event(event), key=event_key(name))
+                request = CommitRequested(
+                    table=name,
+                    commit_id=f"c{n}",
+                    operation=CommitOperation.APPEND,
+                    attempt_ids=(f"c{n}/a",),
+                )
+                await producer.send(f"{prefix}.events", encode_event(request), key=event_key(name))
+                coordinator_ids.extend(ids)
+                n += 1
+                await asyncio.sleep(0.3)
+            await producer.flush()
+            # Done when every coordinator row is visible (rows, not files: Spark's compaction
+            # may have rewritten the coordinator's files meanwhile).
+            while True:
+                got = {r["id"] for r in await icefloe_rows(catalog, name)}
+                if set(coordinator_ids) <= got:
+                    break
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.1)
+        finally:
+            await producer.stop()
+            coordinator.request_stop()
+            await task
+            await catalog.close()
+
+    def insert(ids: range) -> None:
+        values = ", ".join(f"({i}, '{'abc'[i % 3]}')" for i in ids)
+        java.sql(server.warehouse, f"INSERT INTO {cat}.{name} VALUES {values}")
+
+    with ThreadPoolExecutor(1) as pool:
+        background = pool.submit(asyncio.run, coordinate())
+        for start in range(0, 40, 10):
+            insert(range(start, start + 10))
+        java.sql(server.warehouse, f"DELETE FROM {cat}.{name} WHERE id < 15")
+        java.sql(
+            server.warehouse,
+            f"CALL {cat}.system.rewrite_data_files(table => '{name}', "
+            "options => map('min-input-files', '1', 'delete-file-threshold', '1'))",
+        )
+        for start in range(40, 60, 10):
+            insert(range(start, start + 10))
+        spark_done.set()
+        background.result()
+
+    expected = sorted(
+        [{"id": i, "cat": "abc"[i % 3]} for i in range(15, 60)]
+        + [{"id": i, "cat": "k"} for i in coordinator_ids],
+        key=lambda r: r["id"],
+    )
+    # The coordinator's last commits reach the planner within its refresh interval (its
+    # promise for commits it did not make); REST commits it made, it serves at once.
+    current = server.run(server.catalog.load_table(name)).metadata_location
+    while rest_catalog(server).load_table(name).metadata_location != current:
+        time.sleep(0.05)
+    assert_everyone_reads(java, server, cat, name, expected)
+    metadata = rest_catalog(server).load_table(name).metadata
+    assert_linear(metadata)
+    # Interleaved, not one after the other: some coordinator commit lies between Spark's.
+    made_by = [
+        "coordinator" if "icefloe.commit-ids" in s.summary.additional_properties else "spark"
+        for s in sorted(metadata.snapshots, key=lambda s: s.sequence_number)
+    ]
+    first, last = made_by.index("spark"), len(made_by) - 1 - made_by[::-1].index("spark")
+    assert "coordinator" in made_by[first:last], made_by
+    # Expiry through icefloe after the race: the rows stay.
+    java.sql(
+        server.warehouse,
+        f"CALL {cat}.system.expire_snapshots(table => '{name}', "
+        "older_than => TIMESTAMP '9999-12-31 00:00:00', retain_last => 1)",
+    )
     assert_everyone_reads(java, server, cat, name, expected)
