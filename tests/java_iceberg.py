@@ -88,6 +88,12 @@ class JavaIceberg:
         columns = answer["columns"]
         return [dict(zip(columns, row)) for row in answer["rows"]]
 
+    def register_catalog(self, name: str, properties: dict[str, str]) -> None:
+        """Register Spark catalog ``name`` (an Iceberg ``SparkCatalog``) with ``properties``,
+        e.g. ``{"type": "rest", "uri": ..., "token": ...}``; SQL then names it directly.
+        A name is registered once per session (Spark keeps its first instance)."""
+        self._send({"op": "catalog", "name": name, "properties": properties})
+
     def close(self) -> None:
         """Stop the driver: end of input lets Spark stop cleanly; kill it if it hangs."""
         if self._proc.poll() is None:

@@ -9,9 +9,13 @@ Commands::
 
     {"op": "ping"}
     {"op": "sql", "warehouse": "/abs/dir", "sql": "SELECT * FROM {cat}.db.t"}
+    {"op": "catalog", "name": "ice", "properties": {"type": "rest", "uri": "http://..."}}
 
 ``{cat}`` in the SQL names a HadoopCatalog over ``warehouse`` (one Spark catalog per
-warehouse, registered on first use). An answer is ``{"ok": true, "columns": [...], "rows":
+warehouse, registered on first use). ``catalog`` (re)registers a named Iceberg catalog with
+the given properties (e.g. Iceberg's REST client against icefloe), which SQL then names
+directly. Spark keeps the first instance of a name for the session, so a name is registered
+once (a second registration is refused): use a new name for a new server. An answer is ``{"ok": true, "columns": [...], "rows":
 [[...], ...]}`` with values made JSON-safe (see :func:`_json_value`), or ``{"ok": false,
 "error": "..."}`` when Spark or Iceberg refused the statement; the session stays usable.
 """
@@ -77,6 +81,7 @@ def main() -> None:
     )
     spark.sparkContext.setLogLevel("ERROR")
     catalogs: dict[str, str] = {}
+    named: set[str] = set()
 
     def catalog_for(warehouse: str) -> str:
         name = catalogs.get(warehouse)
@@ -98,6 +103,18 @@ def main() -> None:
             op = command.get("op")
             if op == "ping":
                 answer: dict[str, Any] = {"ok": True, "columns": [], "rows": []}
+            elif op == "catalog":
+                name = command["name"]
+                if not name.isidentifier() or name.startswith("h") or name in named:
+                    raise ValueError(
+                        f"catalog name {name!r}: a new identifier not starting with 'h'"
+                    )
+                named.add(name)
+                prefix = f"spark.sql.catalog.{name}"
+                spark.conf.set(prefix, "org.apache.iceberg.spark.SparkCatalog")
+                for key, value in command["properties"].items():
+                    spark.conf.set(f"{prefix}.{key}", str(value))
+                answer = {"ok": True, "columns": [], "rows": []}
             elif op == "sql":
                 text = command["sql"]
                 if "{cat}" in text:
