@@ -21,11 +21,13 @@ from pyspark.sql import SparkSession
 
 import icefloe.spark as ispark
 from icefloe.arrow_schema import FIELD_ID_KEY
-from icefloe.compaction import CompactionUnsupportedError
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.expressions import EqualTo
+from icefloe.manifest_cache import ManifestCache
 from icefloe.parquet import ParquetFileWriter
 from icefloe.partition import PartitionSpecBuilder
+from icefloe.scan import plan_scan
+from icefloe.scan_cli import task_rows
 from icefloe.schema import Schema
 from icefloe.snapshot_producer import row_delta
 from icefloe.sort_order import SortOrderBuilder
@@ -363,11 +365,74 @@ async def _set_sort_order(stack: Any, name: str) -> None:
     )
 
 
-def test_v3_tables_are_refused_clearly(spark: SparkSession, spark_stack: Any) -> None:
-    name = spark_stack.create_table(SCHEMA, format_version=3)
-    _append(spark, spark_stack, name, 0, 3)
-    with pytest.raises(CompactionUnsupportedError, match="row lineage"):
-        ispark.compact(spark, name, config=spark_stack.config)
+def _lineage(stack: Any, name: str) -> dict[int, tuple[int, int]]:
+    """id -> (_row_id, _last_updated_sequence_number), through icefloe's row-lineage read."""
+
+    async def read() -> list[dict[str, Any]]:
+        table = await stack.catalog.load_table(name)
+        plan = await plan_scan(table.metadata, ManifestCache(table.io))
+        rows: list[dict[str, Any]] = []
+        for task in plan.tasks():
+            rows.extend(await task_rows(table.io, plan, task, row_lineage=True))
+        return rows
+
+    rows = stack.run(read())
+    out = {r["id"]: (r["_row_id"], r["_last_updated_sequence_number"]) for r in rows}
+    assert len(out) == len(rows)  # ids are unique in these tables
+    return out
+
+
+def test_v3_compaction_applies_dvs_and_keeps_every_rows_lineage(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name = spark_stack.create_table(
+        SCHEMA,
+        PartitionSpecBuilder(SCHEMA).add_field("cat", "identity").build(),
+        {"write.target-file-size-bytes": str(TARGET)},
+        format_version=3,
+    )
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 12, 12)
+    files = sorted(spark_stack.live_files(name), key=lambda f: f.file_path)
+    victims = files[:2]
+    doomed = set(_ids_in(victims[0])[:2]) | {_ids_in(victims[1])[1]}
+
+    async def delete() -> None:
+        current = await spark_stack.catalog.load_table(name)
+        await row_delta(
+            current, [], [], deleted_positions=[(victims[0], [0, 1]), (victims[1], [1])]
+        ).commit()
+
+    spark_stack.run(delete())
+    assert sum(f.content != DataFileContent.DATA for f in spark_stack.live_files(name)) == 2
+    before = _lineage(spark_stack, name)
+    assert set(before) == set(range(36)) - doomed
+    assert all(r is not None and s is not None for r, s in before.values())
+
+    result = ispark.compact(spark, name, options={"min_input_files": 2}, config=spark_stack.config)
+    assert result.rewritten_data_files == len(files) and result.rewritten_delete_files == 0
+
+    # same rows, same ids and sequence numbers: lineage survived the rewrite
+    assert _lineage(spark_stack, name) == before
+    live = spark_stack.live_files(name)
+    assert all(f.content == DataFileContent.DATA for f in live)  # DVs dropped with their files
+    assert all(result_job(_compaction_snapshots(spark_stack, name)[0]) in f.file_path for f in live)
+    for f in live:  # written explicitly, under their reserved field ids, never null
+        data = pq.read_table(f.file_path.removeprefix("file://"))
+        for column, field_id in (
+            ("_row_id", b"2147483540"),
+            ("_last_updated_sequence_number", b"2147483539"),
+        ):
+            field = data.schema.field(column)
+            assert field.metadata is not None and field.metadata[FIELD_ID_KEY] == field_id
+            assert data.column(column).null_count == 0
+
+    # rows appended later get fresh ids, never one a compacted row holds
+    _append(spark, spark_stack, name, 100, 5)
+    after = _lineage(spark_stack, name)
+    row_ids = [r for r, _ in after.values()]
+    assert len(set(row_ids)) == len(row_ids) == len(before) + 5
+    assert _ids(spark, spark_stack, name) == Counter(list(before)) + Counter(range(100, 105))
 
 
 def test_the_cli_compacts_and_reports_health(
