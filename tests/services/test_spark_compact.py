@@ -8,6 +8,7 @@ metadata (none lost, none twice) and in storage (nothing of a failed attempt lef
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import uuid
 from collections import Counter
@@ -39,6 +40,7 @@ from icefloe.spark_compact import (
 )
 from icefloe.spark_tasks import FAULT_PROPERTY
 from icefloe.types import DoubleType, LongType, NestedField, StringType
+from java_iceberg import JavaIceberg
 
 pytestmark = pytest.mark.integration
 
@@ -382,41 +384,51 @@ def _lineage(stack: Any, name: str) -> dict[int, tuple[int, int]]:
     return out
 
 
-def test_v3_compaction_applies_dvs_and_keeps_every_rows_lineage(
-    spark: SparkSession, spark_stack: Any
-) -> None:
-    name = spark_stack.create_table(
+def _compacted_v3_table(
+    spark: SparkSession, stack: Any
+) -> tuple[str, dict[int, tuple[int, int]], Any]:
+    """A partitioned v3 table with DVs on two files, compacted; returns its name, the
+    lineage read before compaction and the compaction's result."""
+    name = stack.create_table(
         SCHEMA,
         PartitionSpecBuilder(SCHEMA).add_field("cat", "identity").build(),
         {"write.target-file-size-bytes": str(TARGET)},
         format_version=3,
     )
     for k in range(3):
-        _append(spark, spark_stack, name, k * 12, 12)
-    files = sorted(spark_stack.live_files(name), key=lambda f: f.file_path)
+        _append(spark, stack, name, k * 12, 12)
+    files = sorted(stack.live_files(name), key=lambda f: f.file_path)
     victims = files[:2]
     doomed = set(_ids_in(victims[0])[:2]) | {_ids_in(victims[1])[1]}
 
     async def delete() -> None:
-        current = await spark_stack.catalog.load_table(name)
+        current = await stack.catalog.load_table(name)
         await row_delta(
             current, [], [], deleted_positions=[(victims[0], [0, 1]), (victims[1], [1])]
         ).commit()
 
-    spark_stack.run(delete())
-    assert sum(f.content != DataFileContent.DATA for f in spark_stack.live_files(name)) == 2
-    before = _lineage(spark_stack, name)
+    stack.run(delete())
+    assert sum(f.content != DataFileContent.DATA for f in stack.live_files(name)) == 2
+    before = _lineage(stack, name)
     assert set(before) == set(range(36)) - doomed
     assert all(r is not None and s is not None for r, s in before.values())
 
-    result = ispark.compact(spark, name, options={"min_input_files": 2}, config=spark_stack.config)
+    result = ispark.compact(spark, name, options={"min_input_files": 2}, config=stack.config)
     assert result.rewritten_data_files == len(files) and result.rewritten_delete_files == 0
+    return name, before, result
+
+
+def test_v3_compaction_applies_dvs_and_keeps_every_rows_lineage(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name, before, _ = _compacted_v3_table(spark, spark_stack)
 
     # same rows, same ids and sequence numbers: lineage survived the rewrite
     assert _lineage(spark_stack, name) == before
     live = spark_stack.live_files(name)
     assert all(f.content == DataFileContent.DATA for f in live)  # DVs dropped with their files
-    assert all(result_job(_compaction_snapshots(spark_stack, name)[0]) in f.file_path for f in live)
+    job = result_job(_compaction_snapshots(spark_stack, name)[0])
+    assert all(job in f.file_path for f in live)
     for f in live:  # written explicitly, under their reserved field ids, never null
         data = pq.read_table(f.file_path.removeprefix("file://"))
         for column, field_id in (
@@ -433,6 +445,30 @@ def test_v3_compaction_applies_dvs_and_keeps_every_rows_lineage(
     row_ids = [r for r, _ in after.values()]
     assert len(set(row_ids)) == len(row_ids) == len(before) + 5
     assert _ids(spark, spark_stack, name) == Counter(list(before)) + Counter(range(100, 105))
+
+
+@pytest.mark.interop
+def test_java_reads_a_compacted_v3_table_with_the_same_rows_and_row_ids(
+    spark: SparkSession, spark_stack: Any, java_iceberg: JavaIceberg, tmp_path: Path
+) -> None:
+    name, before, _ = _compacted_v3_table(spark, spark_stack)
+    # Java opens it through a HadoopCatalog: the current metadata as v1 of db.t (every path
+    # in it is absolute, so the data stays where the compaction wrote it)
+    metadata = spark_stack.load(name).metadata_location
+    folder = tmp_path / "db" / "t" / "metadata"
+    folder.mkdir(parents=True)
+    shutil.copy(metadata.removeprefix("file://"), folder / "v1.metadata.json")
+    (folder / "version-hint.text").write_text("1")
+
+    rows = java_iceberg.sql(
+        tmp_path,
+        "SELECT id, cat, v, _row_id, _last_updated_sequence_number FROM {cat}.db.t ORDER BY id",
+    )
+    assert {r["id"]: (r["_row_id"], r["_last_updated_sequence_number"]) for r in rows} == before
+    ours = sorted(
+        (r.id, r.cat, r.v) for r in ispark.read(spark, name, config=spark_stack.config).collect()
+    )
+    assert [(r["id"], r["cat"], r["v"]) for r in rows] == ours
 
 
 def test_the_cli_compacts_and_reports_health(
