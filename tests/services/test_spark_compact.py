@@ -447,6 +447,37 @@ def test_v3_compaction_applies_dvs_and_keeps_every_rows_lineage(
     assert _ids(spark, spark_stack, name) == Counter(list(before)) + Counter(range(100, 105))
 
 
+def test_a_concurrent_dv_on_a_rewritten_file_fails_a_v3_compaction_cleanly(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name = spark_stack.create_table(
+        SCHEMA, None, {"write.target-file-size-bytes": str(TARGET)}, format_version=3
+    )
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 10, 10)
+    staged = stage_compaction(
+        spark, name, options={"min_input_files": 2}, config=spark_stack.config
+    )
+    victim = sorted(spark_stack.live_files(name), key=lambda f: f.file_path)[0]
+    doomed = _ids_in(victim)[:2]
+
+    async def delete() -> None:
+        current = await spark_stack.catalog.load_table(name)
+        await row_delta(current, [], [], deleted_positions=[(victim, [0, 1])]).commit()
+
+    spark_stack.run(delete())
+    before = _lineage(spark_stack, name)
+    with pytest.raises(CompactionConflictError, match="applies to"):
+        commit_compaction(staged)
+    assert not {p for p in spark_stack.stored_files(name) if staged.job_id in p}
+    assert _lineage(spark_stack, name) == before
+    # a retry applies the DV and keeps every row's id
+    ispark.compact(spark, name, options={"min_input_files": 2}, config=spark_stack.config)
+    assert _lineage(spark_stack, name) == before
+    assert set(before) == set(range(30)) - set(doomed)
+    assert [f.content for f in spark_stack.live_files(name)] == [DataFileContent.DATA]
+
+
 @pytest.mark.interop
 def test_java_reads_a_compacted_v3_table_with_the_same_rows_and_row_ids(
     spark: SparkSession, spark_stack: Any, java_iceberg: JavaIceberg, tmp_path: Path
