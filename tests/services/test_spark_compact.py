@@ -478,6 +478,30 @@ def test_a_concurrent_dv_on_a_rewritten_file_fails_a_v3_compaction_cleanly(
     assert [f.content for f in spark_stack.live_files(name)] == [DataFileContent.DATA]
 
 
+def test_a_sorted_v3_compaction_moves_each_rows_id_with_the_row(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name = spark_stack.create_table(
+        SCHEMA, None, {"write.target-file-size-bytes": str(TARGET)}, format_version=3
+    )
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 10, 10)
+    victim = sorted(spark_stack.live_files(name), key=lambda f: f.file_path)[1]
+
+    async def delete() -> None:
+        current = await spark_stack.catalog.load_table(name)
+        await row_delta(current, [], [], deleted_positions=[(victim, [3])]).commit()
+
+    spark_stack.run(delete())
+    spark_stack.run(_set_sort_order(spark_stack, name))
+    before = _lineage(spark_stack, name)
+    ispark.compact(spark, name, sort=True, options={"rewrite_all": True}, config=spark_stack.config)
+    (only,) = spark_stack.live_files(name)
+    ids = _ids_in(only)
+    assert ids == sorted(ids, reverse=True) and len(ids) == 29  # rows moved: ids follow them
+    assert _lineage(spark_stack, name) == before
+
+
 @pytest.mark.interop
 def test_java_reads_a_compacted_v3_table_with_the_same_rows_and_row_ids(
     spark: SparkSession, spark_stack: Any, java_iceberg: JavaIceberg, tmp_path: Path
