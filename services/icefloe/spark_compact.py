@@ -25,6 +25,14 @@ away the work done for the others (their chunks commit).
 Delete files that apply only to rewritten files are removed by the same commit (the new
 files hold the rows with the deletes applied, and later data files have newer sequence
 numbers, so those deletes could never apply again).
+
+Format v3 tables: deletion vectors are applied like position deletes and leave with their
+data files (the snapshot producer removes a removed file's DV; a DV's Puffin path is never
+named in ``rewritten-files``, since it holds other files' vectors too). Row lineage is kept
+(spec: "Row Lineage"): tasks read ``_row_id`` and ``_last_updated_sequence_number`` with
+inheritance (first row id plus position, the file's data sequence number) before deletes
+drop rows, and write both explicitly, under their reserved field ids, into the new files,
+so every row keeps its id and the sequence number of its last update.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ from icefloe.expression_json import parse_expression
 from icefloe.expressions import BooleanExpression
 from icefloe.metadata import TableMetadata
 from icefloe.partition import PartitionSpec
+from icefloe.row_lineage import LINEAGE_NAMES, with_lineage_fields, without_lineage_metrics
 from icefloe.schema import Schema
 from icefloe.sort_order import NullOrder, SortDirection, SortOrder
 from icefloe.spark import (
@@ -184,7 +193,8 @@ def compact_task(job: CompactJob, batches: Iterable[pa.RecordBatch]) -> Iterator
     info = TaskInfo.current()
     task_io = TaskIO(job.write.table_location, job.write.io_properties)
     reader = ScanTaskReader(job.read, task_io)
-    schema = job.write.schema
+    schema = job.write.schema  # with the lineage columns on v3
+    table_schema = job.read.table_schema
     spec = job.write.spec
     order = (
         None
@@ -212,7 +222,7 @@ def compact_task(job: CompactJob, batches: Iterable[pa.RecordBatch]) -> Iterator
                             rows = reader.read(t)
                             if rows.num_rows:
                                 writer.write(rows)
-                    files = writer.close()
+                    files = [without_lineage_metrics(f) for f in writer.close()]
                 except BaseException:
                     writer.abort()
                     raise
@@ -225,7 +235,8 @@ def compact_task(job: CompactJob, batches: Iterable[pa.RecordBatch]) -> Iterator
                                 "task_attempt_id": [info.task_attempt_id] * len(files),
                                 "stage_id": [info.stage_id] * len(files),
                                 "file": [
-                                    json.dumps(content_file_to_json(f, spec, schema)) for f in files
+                                    json.dumps(content_file_to_json(f, spec, table_schema))
+                                    for f in files
                                 ],
                             },
                             schema=_COMPACT_RESULT_ARROW,
@@ -265,6 +276,7 @@ def _task_json(group: FileGroup, metadata: TableMetadata, schema: Schema) -> lis
                 "delete-files": [
                     content_file_to_json(d, specs[d.spec_id], schema) for d in t.deletes
                 ],
+                "data-sequence-number": t.sequence_number,
             }
         )
     return out
@@ -362,11 +374,17 @@ def stage_compaction(
     if not plan.groups:
         log.info("nothing to compact in %s (%d data files)", identifier, plan.data_files)
         return staged
+    # v3: the new files hold every row's lineage explicitly (spec: "Row Lineage"), so rows
+    # keep their _row_id; the columns carry their reserved field ids.
+    write_schema = with_lineage_fields(schema) if plan.row_lineage else schema
+    output_names = tuple(f.name for f in schema.fields)
+    if plan.row_lineage:
+        output_names += LINEAGE_NAMES
     write_job = WriteJob(
         job_id=job_id,
         table_location=metadata.location,
         data_dir=data_dir(metadata),
-        schema_json=json.dumps(schema.to_json()),
+        schema_json=json.dumps(write_schema.to_json()),
         spec_json=json.dumps(spec.to_json()),
         properties={
             **metadata.properties,
@@ -377,11 +395,12 @@ def stage_compaction(
     read_job = ReadJob(
         table_schema_json=json.dumps(schema.to_json()),
         read_schema_json=json.dumps(schema.to_json()),
-        output_names=tuple(f.name for f in schema.fields),
+        output_names=output_names,
         specs_json=json.dumps([s.to_json() for s in metadata.partition_specs]),
         table_location=metadata.location,
         io_properties=dict(catalog.properties),
         output_schema=pa.schema([]),
+        row_lineage=plan.row_lineage,
     )
     job = CompactJob(write_job, read_job, None if order is None else json.dumps(order.to_json()))
     rows = [(i, json.dumps(_task_json(g, metadata, schema))) for i, g in enumerate(plan.groups)]

@@ -92,6 +92,7 @@ from icefloe.parquet import (
     read_data_file,
 )
 from icefloe.partition import PartitionSpec
+from icefloe.row_lineage import with_lineage_fields, with_row_lineage
 from icefloe.schema import Schema
 from icefloe.transforms import IdentityTransform
 from icefloe.types import (
@@ -786,6 +787,9 @@ class ReadJob:
     io_properties: Mapping[str, str]
     output_schema: pa.Schema
     case_sensitive: bool = True
+    # v3 rewrites: read ``_row_id`` and ``_last_updated_sequence_number`` with inheritance
+    # (each task then needs its "data-sequence-number"); see icefloe.row_lineage.
+    row_lineage: bool = False
 
     @property
     def table_schema(self) -> Schema:
@@ -822,7 +826,9 @@ class ScanTaskReader:
         self.job = job
         self.io = task_io
         self.table_schema = job.table_schema
-        self.read_schema = job.read_schema
+        self.read_schema = (
+            with_lineage_fields(job.read_schema) if job.row_lineage else job.read_schema
+        )
         self.specs = job.specs
         self.cache = _DeleteCache()
 
@@ -851,6 +857,13 @@ class ScanTaskReader:
             constants=_identity_constants(data_file, spec, read_schema),
             location=data_file.file_path,
         )
+        if self.job.row_lineage:
+            # Before any row is dropped: an inherited _row_id is first_row_id + position.
+            table = with_row_lineage(
+                table,
+                first_row_id=data_file.first_row_id,
+                data_sequence_number=_data_sequence_number(task, data_file),
+            )
         keep: pa.Array | None = None
         if positions and table.num_rows:
             deleted = self._deleted_positions(data_file.file_path, positions)
@@ -957,6 +970,17 @@ class ScanTaskReader:
         if not found:
             return pa.array([], pa.int64())
         return pa.concat_arrays([c.cast(pa.int64()) for c in found])
+
+
+def _data_sequence_number(task: Mapping[str, Any], data_file: DataFile) -> int:
+    """The task's ``data-sequence-number``, which lineage inheritance needs."""
+    value = task.get("data-sequence-number")
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValidationError(
+            f"scan task for {data_file.file_path}: reading row lineage needs a non-negative "
+            f"integer data-sequence-number, got {value!r}"
+        )
+    return value
 
 
 def read_position_deletes(source: str | bytes, location: str) -> pa.Table:

@@ -758,6 +758,9 @@ class TableCommitter:
         if (
             request.base_snapshot_id is not None
             and metadata.snapshot_by_id(request.base_snapshot_id) is None
+            # the cached table may predate a commit made outside the coordinator (a row
+            # delta by another engine, say) that the requester planned on: look again
+            and (await self.load()).metadata.snapshot_by_id(request.base_snapshot_id) is None
         ):
             raise EventRejectedError(
                 "invalid-request",

@@ -26,10 +26,14 @@ equality delete file whose every live data file it applies to (spec scope rules,
 numbers and metrics, through :class:`~icefloe.delete_index.DeleteFileIndex`) is rewritten.
 Files added later have newer sequence numbers, so such a delete can never apply to them.
 
-Format v3 tables are refused for now: a rewrite must carry every row's ``_row_id`` and
-``_last_updated_sequence_number`` into the new files, and deletion vectors must be read;
-neither is available to the writer yet, and silently renumbering rows would break the
-lineage readers rely on.
+Format v3 tables (spec: "Row Lineage", "Deletion Vectors"): a data file's deletion vector
+makes it a file with deletes like any delete file, and is never listed among the deletes to
+drop by path (one Puffin file holds the vectors of many data files): the snapshot producer
+removes a data file's DV together with the data file. The plan says
+:attr:`CompactionPlan.row_lineage`, and an engine carrying it out must then write every
+row's ``_row_id`` and ``_last_updated_sequence_number`` explicitly into the new files, as
+read with inheritance (:func:`icefloe.row_lineage.with_row_lineage`), so rows keep their
+ids across the rewrite. A schema with a column named like a lineage column is refused.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
 from icefloe.parquet import DEFAULT_TARGET_FILE_SIZE_BYTES, TARGET_FILE_SIZE_BYTES
 from icefloe.projection import inclusive_projection
+from icefloe.row_lineage import LINEAGE_NAMES
 from icefloe.snapshot import MAIN_BRANCH, Snapshot
 
 MIN_FILE_SIZE_BYTES = "icefloe.compaction.min-file-size-bytes"
@@ -63,7 +68,8 @@ MAX_FILE_RATIO = 1.8
 
 
 class CompactionUnsupportedError(ValidationError):
-    """The table cannot be compacted by this implementation (say, format v3)."""
+    """The table cannot be compacted by this implementation (say, a v3 table whose schema
+    has a column named like a row-lineage metadata column)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +184,8 @@ class CompactionPlan:
     delete_scope: dict[str, tuple[DataFile, frozenset[str]]] = field(default_factory=dict)
     data_files: int = 0
     candidate_files: int = 0
+    # v3: the rewrite must carry _row_id and _last_updated_sequence_number explicitly.
+    row_lineage: bool = False
 
     @property
     def snapshot_id(self) -> int | None:
@@ -215,16 +223,18 @@ async def plan_compaction(
 ) -> CompactionPlan:
     """The files of ``table``'s ``branch`` head that a compaction should rewrite."""
     metadata = table.metadata
-    if metadata.format_version >= 3:
-        raise CompactionUnsupportedError(
-            f"cannot compact {table.identifier}: it is a format v{metadata.format_version} "
-            "table, and compaction does not yet carry row lineage (_row_id) into the new "
-            "files or read deletion vectors; compact it with an engine that does (Apache "
-            "Iceberg's Spark RewriteDataFiles), or keep the table at v2"
-        )
+    row_lineage = metadata.format_version >= 3
+    if row_lineage:
+        clash = [f.name for f in metadata.schema().fields if f.name in LINEAGE_NAMES]
+        if clash:
+            raise CompactionUnsupportedError(
+                f"cannot compact {table.identifier}: its column {clash[0]!r} has the name of "
+                "a row-lineage metadata column, which a v3 rewrite must write; rename the "
+                "column first"
+            )
     policy = policy or CompactionPolicy.for_table(metadata)
     snapshot = metadata.snapshot_by_ref(branch)
-    plan = CompactionPlan(snapshot, policy)
+    plan = CompactionPlan(snapshot, policy, row_lineage=row_lineage)
     if snapshot is None:
         return plan
     reader = reader or ManifestReader(table.io)
@@ -241,16 +251,16 @@ async def plan_compaction(
     plan.data_files = len(data)
 
     may_match = _scope(metadata, where)
-    scope: dict[str, set[str]] = {d.file_path: set() for d, _ in deletes}
+    # DVs are left out: the producer drops a DV with its data file, and their shared Puffin
+    # path must never be named as a file to remove.
+    droppable = [(d, s) for d, s in deletes if not is_deletion_vector(d)]
+    scope: dict[str, set[str]] = {d.file_path: set() for d, _ in droppable}
     by_partition: dict[tuple[int, tuple[Any, ...]], list[RewriteTask]] = defaultdict(list)
     for f, seq in data:
         applying = index.for_data_file(f, seq)
         for d in applying:
-            if is_deletion_vector(d):  # v3 only, refused above; a corrupt v2 table otherwise
-                raise CompactionUnsupportedError(
-                    f"{d.file_path} is a deletion vector, which compaction cannot read yet"
-                )
-            scope[d.file_path].add(f.file_path)
+            if not is_deletion_vector(d):
+                scope[d.file_path].add(f.file_path)
         if not may_match(f):
             continue
         size = f.file_size_in_bytes
@@ -264,7 +274,7 @@ async def plan_compaction(
             key = (f.spec_id, partition_key(f.partition))
             by_partition[key].append(RewriteTask(f, seq, applying))
     plan.candidate_files = sum(len(v) for v in by_partition.values())
-    plan.delete_scope = {d.file_path: (d, frozenset(scope[d.file_path])) for d, _ in deletes}
+    plan.delete_scope = {d.file_path: (d, frozenset(scope[d.file_path])) for d, _ in droppable}
 
     for (spec_id, _), tasks in sorted(by_partition.items(), key=lambda kv: repr(kv[0])):
         if not _worth_rewriting(tasks, policy):

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
 from icefloe.schema import Schema
 from icefloe.types import LongType, NestedField
@@ -140,6 +141,29 @@ def _combined(values: pa.Array | pa.ChunkedArray) -> pa.Array:
     return arr.cast(pa.int64())
 
 
+def without_lineage_metrics(data_file: DataFile) -> DataFile:
+    """``data_file`` without column metrics for the lineage columns.
+
+    A rewrite writes the lineage columns into its files, so the writer measures them too;
+    but content files are described against the table schema, which has no such columns
+    (a bound must name a table column to be decoded), and metrics are optional: leaving
+    them out only means a scan cannot prune by row id.
+    """
+    changes: dict[str, Any] = {}
+    for name in (
+        "column_sizes",
+        "value_counts",
+        "null_value_counts",
+        "nan_value_counts",
+        "lower_bounds",
+        "upper_bounds",
+    ):
+        metrics = getattr(data_file, name)
+        if metrics is not None and LINEAGE_FIELD_IDS & metrics.keys():
+            changes[name] = {k: v for k, v in metrics.items() if k not in LINEAGE_FIELD_IDS}
+    return data_file.copy(**changes) if changes else data_file
+
+
 __all__ = [
     "LAST_UPDATED_SEQUENCE_NUMBER",
     "LAST_UPDATED_SEQUENCE_NUMBER_FIELD_ID",
@@ -152,4 +176,5 @@ __all__ = [
     "lineage_arrow_fields",
     "with_lineage_fields",
     "with_row_lineage",
+    "without_lineage_metrics",
 ]

@@ -8,6 +8,7 @@ metadata (none lost, none twice) and in storage (nothing of a failed attempt lef
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import uuid
 from collections import Counter
@@ -21,11 +22,13 @@ from pyspark.sql import SparkSession
 
 import icefloe.spark as ispark
 from icefloe.arrow_schema import FIELD_ID_KEY
-from icefloe.compaction import CompactionUnsupportedError
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.expressions import EqualTo
+from icefloe.manifest_cache import ManifestCache
 from icefloe.parquet import ParquetFileWriter
 from icefloe.partition import PartitionSpecBuilder
+from icefloe.scan import plan_scan
+from icefloe.scan_cli import task_rows
 from icefloe.schema import Schema
 from icefloe.snapshot_producer import row_delta
 from icefloe.sort_order import SortOrderBuilder
@@ -37,6 +40,7 @@ from icefloe.spark_compact import (
 )
 from icefloe.spark_tasks import FAULT_PROPERTY
 from icefloe.types import DoubleType, LongType, NestedField, StringType
+from java_iceberg import JavaIceberg
 
 pytestmark = pytest.mark.integration
 
@@ -363,11 +367,163 @@ async def _set_sort_order(stack: Any, name: str) -> None:
     )
 
 
-def test_v3_tables_are_refused_clearly(spark: SparkSession, spark_stack: Any) -> None:
-    name = spark_stack.create_table(SCHEMA, format_version=3)
-    _append(spark, spark_stack, name, 0, 3)
-    with pytest.raises(CompactionUnsupportedError, match="row lineage"):
-        ispark.compact(spark, name, config=spark_stack.config)
+def _lineage(stack: Any, name: str) -> dict[int, tuple[int, int]]:
+    """id -> (_row_id, _last_updated_sequence_number), through icefloe's row-lineage read."""
+
+    async def read() -> list[dict[str, Any]]:
+        table = await stack.catalog.load_table(name)
+        plan = await plan_scan(table.metadata, ManifestCache(table.io))
+        rows: list[dict[str, Any]] = []
+        for task in plan.tasks():
+            rows.extend(await task_rows(table.io, plan, task, row_lineage=True))
+        return rows
+
+    rows = stack.run(read())
+    out = {r["id"]: (r["_row_id"], r["_last_updated_sequence_number"]) for r in rows}
+    assert len(out) == len(rows)  # ids are unique in these tables
+    return out
+
+
+def _compacted_v3_table(
+    spark: SparkSession, stack: Any
+) -> tuple[str, dict[int, tuple[int, int]], Any]:
+    """A partitioned v3 table with DVs on two files, compacted; returns its name, the
+    lineage read before compaction and the compaction's result."""
+    name = stack.create_table(
+        SCHEMA,
+        PartitionSpecBuilder(SCHEMA).add_field("cat", "identity").build(),
+        {"write.target-file-size-bytes": str(TARGET)},
+        format_version=3,
+    )
+    for k in range(3):
+        _append(spark, stack, name, k * 12, 12)
+    files = sorted(stack.live_files(name), key=lambda f: f.file_path)
+    victims = files[:2]
+    doomed = set(_ids_in(victims[0])[:2]) | {_ids_in(victims[1])[1]}
+
+    async def delete() -> None:
+        current = await stack.catalog.load_table(name)
+        await row_delta(
+            current, [], [], deleted_positions=[(victims[0], [0, 1]), (victims[1], [1])]
+        ).commit()
+
+    stack.run(delete())
+    assert sum(f.content != DataFileContent.DATA for f in stack.live_files(name)) == 2
+    before = _lineage(stack, name)
+    assert set(before) == set(range(36)) - doomed
+    assert all(r is not None and s is not None for r, s in before.values())
+
+    result = ispark.compact(spark, name, options={"min_input_files": 2}, config=stack.config)
+    assert result.rewritten_data_files == len(files) and result.rewritten_delete_files == 0
+    return name, before, result
+
+
+def test_v3_compaction_applies_dvs_and_keeps_every_rows_lineage(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name, before, _ = _compacted_v3_table(spark, spark_stack)
+
+    # same rows, same ids and sequence numbers: lineage survived the rewrite
+    assert _lineage(spark_stack, name) == before
+    live = spark_stack.live_files(name)
+    assert all(f.content == DataFileContent.DATA for f in live)  # DVs dropped with their files
+    job = result_job(_compaction_snapshots(spark_stack, name)[0])
+    assert all(job in f.file_path for f in live)
+    for f in live:  # written explicitly, under their reserved field ids, never null
+        data = pq.read_table(f.file_path.removeprefix("file://"))
+        for column, field_id in (
+            ("_row_id", b"2147483540"),
+            ("_last_updated_sequence_number", b"2147483539"),
+        ):
+            field = data.schema.field(column)
+            assert field.metadata is not None and field.metadata[FIELD_ID_KEY] == field_id
+            assert data.column(column).null_count == 0
+
+    # rows appended later get fresh ids, never one a compacted row holds
+    _append(spark, spark_stack, name, 100, 5)
+    after = _lineage(spark_stack, name)
+    row_ids = [r for r, _ in after.values()]
+    assert len(set(row_ids)) == len(row_ids) == len(before) + 5
+    assert _ids(spark, spark_stack, name) == Counter(list(before)) + Counter(range(100, 105))
+
+
+def test_a_concurrent_dv_on_a_rewritten_file_fails_a_v3_compaction_cleanly(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name = spark_stack.create_table(
+        SCHEMA, None, {"write.target-file-size-bytes": str(TARGET)}, format_version=3
+    )
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 10, 10)
+    staged = stage_compaction(
+        spark, name, options={"min_input_files": 2}, config=spark_stack.config
+    )
+    victim = sorted(spark_stack.live_files(name), key=lambda f: f.file_path)[0]
+    doomed = _ids_in(victim)[:2]
+
+    async def delete() -> None:
+        current = await spark_stack.catalog.load_table(name)
+        await row_delta(current, [], [], deleted_positions=[(victim, [0, 1])]).commit()
+
+    spark_stack.run(delete())
+    before = _lineage(spark_stack, name)
+    with pytest.raises(CompactionConflictError, match="applies to"):
+        commit_compaction(staged)
+    assert not {p for p in spark_stack.stored_files(name) if staged.job_id in p}
+    assert _lineage(spark_stack, name) == before
+    # a retry applies the DV and keeps every row's id
+    ispark.compact(spark, name, options={"min_input_files": 2}, config=spark_stack.config)
+    assert _lineage(spark_stack, name) == before
+    assert set(before) == set(range(30)) - set(doomed)
+    assert [f.content for f in spark_stack.live_files(name)] == [DataFileContent.DATA]
+
+
+def test_a_sorted_v3_compaction_moves_each_rows_id_with_the_row(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    name = spark_stack.create_table(
+        SCHEMA, None, {"write.target-file-size-bytes": str(TARGET)}, format_version=3
+    )
+    for k in range(3):
+        _append(spark, spark_stack, name, k * 10, 10)
+    victim = sorted(spark_stack.live_files(name), key=lambda f: f.file_path)[1]
+
+    async def delete() -> None:
+        current = await spark_stack.catalog.load_table(name)
+        await row_delta(current, [], [], deleted_positions=[(victim, [3])]).commit()
+
+    spark_stack.run(delete())
+    spark_stack.run(_set_sort_order(spark_stack, name))
+    before = _lineage(spark_stack, name)
+    ispark.compact(spark, name, sort=True, options={"rewrite_all": True}, config=spark_stack.config)
+    (only,) = spark_stack.live_files(name)
+    ids = _ids_in(only)
+    assert ids == sorted(ids, reverse=True) and len(ids) == 29  # rows moved: ids follow them
+    assert _lineage(spark_stack, name) == before
+
+
+@pytest.mark.interop
+def test_java_reads_a_compacted_v3_table_with_the_same_rows_and_row_ids(
+    spark: SparkSession, spark_stack: Any, java_iceberg: JavaIceberg, tmp_path: Path
+) -> None:
+    name, before, _ = _compacted_v3_table(spark, spark_stack)
+    # Java opens it through a HadoopCatalog: the current metadata as v1 of db.t (every path
+    # in it is absolute, so the data stays where the compaction wrote it)
+    metadata = spark_stack.load(name).metadata_location
+    folder = tmp_path / "db" / "t" / "metadata"
+    folder.mkdir(parents=True)
+    shutil.copy(metadata.removeprefix("file://"), folder / "v1.metadata.json")
+    (folder / "version-hint.text").write_text("1")
+
+    rows = java_iceberg.sql(
+        tmp_path,
+        "SELECT id, cat, v, _row_id, _last_updated_sequence_number FROM {cat}.db.t ORDER BY id",
+    )
+    assert {r["id"]: (r["_row_id"], r["_last_updated_sequence_number"]) for r in rows} == before
+    ours = sorted(
+        (r.id, r.cat, r.v) for r in ispark.read(spark, name, config=spark_stack.config).collect()
+    )
+    assert [(r["id"], r["cat"], r["v"]) for r in rows] == ours
 
 
 def test_the_cli_compacts_and_reports_health(

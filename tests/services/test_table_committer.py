@@ -542,6 +542,28 @@ async def test_commit_requests_that_cannot_apply_are_rejected(env: Env) -> None:
     await committer.validate_commit_requested(request(operation="append", attempt_ids=("a",)))
 
 
+async def test_a_base_snapshot_committed_outside_the_coordinator_is_accepted(env: Env) -> None:
+    from icefloe.snapshot_producer import fast_append
+
+    committer = env.committer()
+    await committer.commit([env.unit("c1")], resume_offset=2, position=2)
+    # another engine commits straight to the catalog; a compaction plans on its snapshot
+    table = await fast_append(await env.reload(), [env.data_file()]).commit()
+    head = table.metadata.current_snapshot_id
+    assert head is not None and committer.table is not None
+    assert committer.table.metadata.snapshot_by_id(head) is None  # the committer's view is old
+    request = CommitRequested(
+        table=env.name,
+        commit_id="r",
+        operation="rewrite",
+        attempt_ids=("a",),
+        base_snapshot_id=head,
+        rewritten_files=("x",),
+    )
+    await committer.validate_commit_requested(request)  # looked again, found it
+    assert committer.table.metadata.snapshot_by_id(head) is not None
+
+
 # -- crash points -------------------------------------------------------------------------
 
 

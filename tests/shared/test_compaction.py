@@ -36,7 +36,7 @@ from icefloe.maintenance_policy import (
 )
 from icefloe.partition import PartitionField, PartitionSpec
 from icefloe.schema import Schema
-from icefloe.snapshot_producer import data_file_location, fast_append, row_delta
+from icefloe.snapshot_producer import data_file_location, fast_append, rewrite_files, row_delta
 from icefloe.table_health import table_health
 from icefloe.transforms import IdentityTransform
 from icefloe.types import LongType, NestedField, StringType
@@ -148,9 +148,59 @@ async def test_files_with_deletes_are_rewritten_and_their_deletes_dropped(
     assert [d.file_path for d in plan.droppable_deletes({b.file_path})] == [eq_b.file_path]
 
 
-async def test_v3_tables_are_refused(catalog: FileSystemCatalog) -> None:
+async def test_v3_files_with_dvs_are_rewritten_and_dvs_never_named_for_removal(
+    catalog: FileSystemCatalog,
+) -> None:
     table = await new_table(catalog, format_version=3)
-    with pytest.raises(CompactionUnsupportedError, match="row lineage"):
+    a, b = df(table, "a", records=10), df(table, "b", records=10)
+    c = df(table, "c", size=8 * MB, records=10)  # at the target: rewritten only for deletes
+    d = df(table, "d", size=8 * MB, records=10)
+    table = await fast_append(table, [a, b, c, d]).commit()
+    table = await row_delta(
+        table, [], [], deleted_positions=[(a, [1]), (c, [2, 3]), (d, [0])]
+    ).commit()
+    plan = await plan_compaction(table)
+    assert plan.row_lineage
+    planned = {t.data_file.file_path: t for g in plan.groups for t in g.tasks}
+    assert set(planned) == {a.file_path, b.file_path, c.file_path, d.file_path}
+    dv_a = planned[a.file_path].deletes
+    assert [x.referenced_data_file for x in dv_a] == [a.file_path]
+    assert [x.referenced_data_file for x in planned[c.file_path].deletes] == [c.file_path]
+    assert planned[b.file_path].deletes == []
+    # the DVs share one Puffin file: naming it would remove d's DV too, so it never is
+    assert plan.droppable_deletes({a.file_path, c.file_path}) == []
+    assert plan.delete_scope == {}
+
+
+async def test_a_v3_rewrite_drops_the_dvs_of_the_files_it_replaces(
+    catalog: FileSystemCatalog,
+) -> None:
+    table = await new_table(catalog, format_version=3)
+    a, b = df(table, "a", records=10), df(table, "b", records=10)
+    table = await fast_append(table, [a, b]).commit()
+    table = await row_delta(table, [], [], deleted_positions=[(a, [1, 2]), (b, [0])]).commit()
+    merged = df(table, "a2", records=8)
+    table = await rewrite_files(table, [a.file_path], [merged]).commit()
+    snapshot = table.metadata.current_snapshot()
+    assert snapshot is not None and snapshot.summary is not None
+    props = snapshot.summary.properties
+    assert props["removed-dvs"] == "1"
+    assert props["total-position-deletes"] == "1"
+    plan = await plan_compaction(table)
+    live = {t.data_file.file_path: t.deletes for g in plan.groups for t in g.tasks}
+    assert [x.referenced_data_file for x in live[b.file_path]] == [b.file_path]
+    assert live[merged.file_path] == []
+    assert a.file_path not in live
+
+
+async def test_v3_columns_named_like_lineage_columns_are_refused(
+    tmp_path: Path,
+) -> None:
+    cat = FileSystemCatalog("test", str(tmp_path / "warehouse"), LocalFileIO())
+    await cat.create_namespace("db")
+    schema = Schema(NestedField(1, "_row_id", LongType()))
+    table = await cat.create_table(TableIdentifier(("db",), "t"), schema, format_version=3)
+    with pytest.raises(CompactionUnsupportedError, match="row-lineage"):
         await plan_compaction(table)
 
 

@@ -22,6 +22,7 @@ from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.delete_index import is_deletion_vector
 from icefloe.deletion_vector import read_deletion_vector
+from icefloe.errors import ValidationError
 from icefloe.fileio import LocalFileIO
 from icefloe.manifest_cache import ManifestCache
 from icefloe.metadata_builder import MetadataBuilder
@@ -257,6 +258,54 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
     assert [None if r["d"] is None else r["d"].isoformat() for r in got] == [
         r["d"] for r in expected
     ]
+
+
+def test_spark_read_tasks_read_java_row_lineage_for_a_rewrite(
+    java_histories: dict[int, JavaHistory],
+) -> None:
+    """What a v3 compaction reads (the task code with ``row_lineage``) is Java's lineage:
+    inherited ids, and the explicit ones Java's updates wrote, before deletes drop rows."""
+    from icefloe.content_file import content_file_to_json
+    from icefloe.row_lineage import LINEAGE_NAMES
+    from icefloe.spark_tasks import ReadJob, ScanTaskReader, TaskIO
+
+    history = java_histories[3]
+    table = load(history.warehouse, history.name)
+    meta = table.metadata
+    schema = meta.schema()
+    job = ReadJob(
+        table_schema_json=json.dumps(schema.to_json()),
+        read_schema_json=json.dumps(schema.to_json()),
+        output_names=("id", *LINEAGE_NAMES),
+        specs_json=json.dumps([s.to_json() for s in meta.partition_specs]),
+        table_location=meta.location,
+        io_properties={},
+        output_schema=pa.schema([]),
+        row_lineage=True,
+    )
+    task_io = TaskIO(meta.location, {})
+    reader = ScanTaskReader(job, task_io)
+    rows: list[dict[str, Any]] = []
+    specs = meta.specs()
+    try:
+        for task in plan_tasks(table):
+            tj = {
+                "data-file": content_file_to_json(
+                    task.data_file, specs[task.data_file.spec_id], schema
+                ),
+                "delete-files": [
+                    content_file_to_json(d, specs[d.spec_id], schema) for d in task.delete_files
+                ],
+                "data-sequence-number": task.data_sequence_number,
+            }
+            rows.extend(reader.read(tj).to_pylist())
+            with pytest.raises(ValidationError, match="data-sequence-number"):
+                reader.read({**tj, "data-sequence-number": None})
+    finally:
+        task_io.close()
+    current = meta.current_snapshot()
+    assert current is not None
+    assert sorted(rows, key=lambda r: r["id"]) == history.lineage_at[current.snapshot_id]
 
 
 # -- icefloe writes, Java reads ---------------------------------------------------------------

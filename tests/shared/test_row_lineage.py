@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from icefloe.datafile import DataFile
 from icefloe.deletion_vector import DeletionVector
 from icefloe.errors import ValidationError
 from icefloe.parquet import read_data_file, write_data_file
@@ -19,6 +20,7 @@ from icefloe.row_lineage import (
     lineage_arrow_fields,
     with_lineage_fields,
     with_row_lineage,
+    without_lineage_metrics,
 )
 from icefloe.schema import Schema
 from icefloe.types import LongType, NestedField
@@ -95,3 +97,26 @@ def test_rows_moved_by_a_rewrite_keep_their_lineage(tmp_path: Path) -> None:
         {"id": 7, ROW_ID: 102, LAST_UPDATED_SEQUENCE_NUMBER: 3},
         {"id": 8, ROW_ID: 103, LAST_UPDATED_SEQUENCE_NUMBER: 3},
     ]
+
+
+def test_lineage_metrics_are_dropped_and_the_others_kept() -> None:
+    ids = (2147483540, 2147483539)
+    f = DataFile(
+        "file:///t/data/a.parquet",
+        "parquet",
+        (),
+        3,
+        100,
+        column_sizes={1: 10, ids[0]: 20, ids[1]: 30},
+        value_counts={1: 3, ids[0]: 3},
+        null_value_counts={1: 0},
+        lower_bounds={1: b"a", ids[1]: b"\x01" * 8},
+        upper_bounds=None,
+    )
+    out = without_lineage_metrics(f)
+    assert out.column_sizes == {1: 10} and out.value_counts == {1: 3}
+    assert out.null_value_counts == {1: 0} and out.lower_bounds == {1: b"a"}
+    assert out.upper_bounds is None
+    assert f.column_sizes is not None and ids[0] in f.column_sizes  # the input is not changed
+    plain = DataFile("file:///t/data/b.parquet", "parquet", (), 1, 10, column_sizes={1: 1})
+    assert without_lineage_metrics(plain) is plain
