@@ -56,6 +56,7 @@ from icefloe.maintenance import purge_table_files
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import SetLocationUpdate, SetPropertiesUpdate, new_table_metadata
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
+from icefloe.planner import ApiError
 from icefloe.rest_auth import (
     OAUTH_PATH,
     TokenAuthority,
@@ -83,18 +84,8 @@ MAX_NAME_LENGTH = 255
 _BAD_NAME = re.compile(r"[/\\.\x00-\x1f\x7f]")
 
 
-class RestError(Exception):
-    """An answer in the REST error model."""
-
-    def __init__(self, code: int, error_type: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.error_type = error_type
-        self.message = message
-
-
-def _bad_request(message: str) -> RestError:
-    return RestError(400, "BadRequestException", message)
+def _bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequestException", message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,7 +236,7 @@ class LocationPolicy:
 
     def check(self, location: str, what: str) -> None:
         if not self.allows(location):
-            raise RestError(
+            raise ApiError(
                 403,
                 "ForbiddenException",
                 f"{what} {location[:200]!r} is outside the allowed locations "
@@ -359,32 +350,32 @@ class WriteRoutes:
         async def wrapped(request: web.Request) -> web.StreamResponse:
             try:
                 return await handler(request)
-            except RestError as e:
+            except ApiError as e:
                 error = e
             except NamespaceNotEmptyError as e:
-                error = RestError(409, "NamespaceNotEmptyException", str(e))
+                error = ApiError(409, "NamespaceNotEmptyException", str(e))
             except ValidationError as e:
-                error = RestError(400, "BadRequestException", str(e))
+                error = ApiError(400, "BadRequestException", str(e))
             except NotFoundError as e:
-                error = RestError(404, _not_found_type(str(e)), str(e))
+                error = ApiError(404, _not_found_type(str(e)), str(e))
             except AlreadyExistsError as e:
-                error = RestError(409, "AlreadyExistsException", str(e))
+                error = ApiError(409, "AlreadyExistsException", str(e))
             except CommitFailedError as e:
-                error = RestError(409, "CommitFailedException", str(e))
+                error = ApiError(409, "CommitFailedException", str(e))
             except UnsupportedOperationError as e:
-                error = RestError(406, "UnsupportedOperationException", str(e))
+                error = ApiError(406, "UnsupportedOperationException", str(e))
             except CommitStateUnknownError as e:
                 log.error("%s %s: %s", request.method, request.path, e)
-                error = RestError(500, "CommitStateUnknownException", str(e))
+                error = ApiError(500, "CommitStateUnknownException", str(e))
             except FileIOError as e:
                 log.error("%s %s: storage failed: %s", request.method, request.path, e)
-                error = RestError(503, "ServiceUnavailableException", str(e))
+                error = ApiError(503, "ServiceUnavailableException", str(e))
             except IcefloeError as e:
                 log.error("%s %s: %s", request.method, request.path, e)
-                error = RestError(500, "InternalServerError", str(e))
+                error = ApiError(500, "InternalServerError", str(e))
             except Exception:
                 log.exception("%s %s failed", request.method, request.path)
-                error = RestError(500, "InternalServerError", "internal error; see the server log")
+                error = ApiError(500, "InternalServerError", "internal error; see the server log")
             audit(
                 principal_of(request),
                 operation,
@@ -408,7 +399,7 @@ class WriteRoutes:
         try:
             await self.catalog.create_namespace(namespace, body.properties)
         except AlreadyExistsError as e:
-            raise RestError(409, "AlreadyExistsException", str(e)) from None
+            raise ApiError(409, "AlreadyExistsException", str(e)) from None
         properties = await self.catalog.load_namespace_properties(namespace)
         audit(
             principal_of(request),
@@ -422,7 +413,7 @@ class WriteRoutes:
         try:
             return await self.catalog.load_namespace_properties(namespace)
         except NotFoundError:
-            raise RestError(
+            raise ApiError(
                 404, "NoSuchNamespaceException", f"namespace {'.'.join(namespace)!r} does not exist"
             ) from None
 
@@ -432,7 +423,7 @@ class WriteRoutes:
         try:
             await self.catalog.drop_namespace(namespace)
         except NotFoundError as e:
-            raise RestError(404, "NoSuchNamespaceException", str(e)) from None
+            raise ApiError(404, "NoSuchNamespaceException", str(e)) from None
         audit(principal_of(request), "dropNamespace", status=204, namespace=".".join(namespace))
         return web.Response(status=204)
 
@@ -441,7 +432,7 @@ class WriteRoutes:
         body = await _body(request, UpdateNamespacePropertiesRequest)
         both = sorted(set(body.removals) & set(body.updates))
         if both:
-            raise RestError(
+            raise ApiError(
                 422,
                 "UnprocessableEntityException",
                 f"properties {both} are both updated and removed; send each key once",
@@ -451,7 +442,7 @@ class WriteRoutes:
         try:
             await self.catalog.update_namespace_properties(namespace, removals, body.updates)
         except NotFoundError as e:
-            raise RestError(404, "NoSuchNamespaceException", str(e)) from None
+            raise ApiError(404, "NoSuchNamespaceException", str(e)) from None
         removed = sorted(k for k in removals if k in before)
         missing = sorted(k for k in removals if k not in before)
         audit(
@@ -504,13 +495,13 @@ class WriteRoutes:
         principal = principal_of(request)
         if body.stage_create:
             if await self.catalog.table_exists(ident):
-                raise RestError(409, "AlreadyExistsException", f"table {ident} already exists")
+                raise ApiError(409, "AlreadyExistsException", f"table {ident} already exists")
             audit(principal, "createTable", status=200, table=str(ident), staged=True)
             return self._load_result(None, metadata)
         try:
             table = await self.catalog.create_table_with_metadata(ident, metadata)
         except AlreadyExistsError as e:
-            raise RestError(409, "AlreadyExistsException", str(e)) from None
+            raise ApiError(409, "AlreadyExistsException", str(e)) from None
         self._seen(table)
         audit(
             principal,
@@ -528,7 +519,7 @@ class WriteRoutes:
         await self._namespace_or_404(namespace)
         self.locations.check(body.metadata_location, "metadata file")
         if body.overwrite and await self.catalog.table_exists(ident):
-            raise RestError(
+            raise ApiError(
                 406,
                 "UnsupportedOperationException",
                 f"table {ident} exists and registering with overwrite is not supported; "
@@ -542,7 +533,7 @@ class WriteRoutes:
         try:
             table = await self.catalog.register_table(ident, body.metadata_location)
         except AlreadyExistsError as e:
-            raise RestError(409, "AlreadyExistsException", str(e)) from None
+            raise ApiError(409, "AlreadyExistsException", str(e)) from None
         self._seen(table)
         audit(
             principal_of(request),
@@ -568,7 +559,7 @@ class WriteRoutes:
             table = await self.catalog.load_table(ident)
             await self.catalog.drop_table(ident)
         except NotFoundError:
-            raise RestError(404, "NoSuchTableException", f"table {ident} does not exist") from None
+            raise ApiError(404, "NoSuchTableException", f"table {ident} does not exist") from None
         self.service.refresher.dropped(ident)
         if purge:
             # After the pointer is gone, so no reader meets a half-deleted table; only what
@@ -601,7 +592,7 @@ class WriteRoutes:
             await self.catalog.rename_table(source, destination)
         except NotFoundError as e:
             kind = "NoSuchNamespaceException" if "namespace" in str(e) else "NoSuchTableException"
-            raise RestError(404, kind, str(e)) from None
+            raise ApiError(404, kind, str(e)) from None
         self.service.refresher.dropped(source)
         audit(
             principal_of(request),
@@ -635,8 +626,8 @@ class WriteRoutes:
             return await commit_table_changes(self.catalog, commits, self.policy, stats)
         except NotFoundError as e:
             if "namespace" in str(e):
-                raise RestError(404, "NoSuchNamespaceException", str(e)) from None
-            raise RestError(404, "NoSuchTableException", str(e)) from None
+                raise ApiError(404, "NoSuchNamespaceException", str(e)) from None
+            raise ApiError(404, "NoSuchTableException", str(e)) from None
         finally:
             self._lost_swaps.inc(stats.conflicts)
             self.stats.attempts += stats.attempts
