@@ -369,10 +369,14 @@ class WriteRoutes:
                 error = ApiError(500, "CommitStateUnknownException", str(e))
             except FileIOError as e:
                 log.error("%s %s: storage failed: %s", request.method, request.path, e)
-                error = ApiError(503, "ServiceUnavailableException", str(e))
+                error = ApiError(
+                    503,
+                    "ServiceUnavailableException",
+                    "table storage is unavailable; retry later (details in the server's log)",
+                )
             except IcefloeError as e:
                 log.error("%s %s: %s", request.method, request.path, e)
-                error = ApiError(500, "InternalServerError", str(e))
+                error = ApiError(500, "InternalServerError", "internal error; see the server log")
             except Exception:
                 log.exception("%s %s failed", request.method, request.path)
                 error = ApiError(500, "InternalServerError", "internal error; see the server log")
