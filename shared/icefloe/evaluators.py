@@ -15,6 +15,8 @@ spec requires of predicates).
 Metrics pruning keeps every file that may match under either IEEE 754 or Java's
 ``Double.compare`` (where -0.0 < +0.0), so it agrees with Java's and PyIceberg's client-side
 planning: ``<`` and ``>`` against a zero, ``!=`` and ``NOT IN`` treat the zeros as distinct.
+The strict evaluator, conversely, says "every row matches" only when that holds under both
+orders, so dropping a residual or deleting a whole file is right for either kind of reader.
 
 The metrics evaluators only rely on bounds being *valid* bounds (lower <= every non-null,
 non-NaN value <= upper). Truncated string and binary bounds are valid bounds (a prefix for
@@ -692,13 +694,18 @@ def _strict_leaf(pred: BoundPredicate) -> Test[_FileStats]:
     if isinstance(pred, BoundSetPredicate):
         values = _sorted_values(pred.literals)
         members = pred.literals
+        zero_signs = {math.copysign(1.0, v) for v in members if _is_zero(v)}
         if op is Operation.IN:
 
             def in_(st: _FileStats) -> bool:
                 if not clean(st):
                     return False
                 _, lower, upper = st.bounds(ref)
-                return lower is not None and lower == upper and lower in members
+                if lower is None or not _total_equal(lower, upper):
+                    return False
+                if _is_zero(lower):
+                    return math.copysign(1.0, lower) in zero_signs
+                return lower in members
 
             return in_
 
@@ -723,16 +730,28 @@ def _strict_leaf(pred: BoundPredicate) -> Test[_FileStats]:
 
         return run
 
+    # "Every row matches" must hold under IEEE 754 and under Java's Double.compare alike
+    # (the inclusive evaluator keeps what may match under either): where the two orders
+    # differ (-0.0 against +0.0), IEEE's < and > are already the stricter, and <=, >=, ==
+    # and IN also need Double.compare's answer.
     if op is Operation.LT:
         return bounded(lambda lo, hi: hi is not None and hi < lit)
     if op is Operation.LT_EQ:
-        return bounded(lambda lo, hi: hi is not None and hi <= lit)
+        return bounded(lambda lo, hi: hi is not None and hi <= lit and not _total_less(lit, hi))
     if op is Operation.GT:
         return bounded(lambda lo, hi: lo is not None and lo > lit)
     if op is Operation.GT_EQ:
-        return bounded(lambda lo, hi: lo is not None and lo >= lit)
+        return bounded(lambda lo, hi: lo is not None and lo >= lit and not _total_less(lo, lit))
     if op is Operation.EQ:
-        return bounded(lambda lo, hi: lo is not None and hi is not None and lo == lit == hi)
+        return bounded(
+            lambda lo, hi: (
+                lo is not None
+                and hi is not None
+                and lo == lit == hi
+                and _total_equal(lo, lit)
+                and _total_equal(hi, lit)
+            )
+        )
     if op is Operation.STARTS_WITH:
         return bounded(
             lambda lo, hi: (

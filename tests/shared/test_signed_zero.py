@@ -10,14 +10,17 @@ semantics.
 from __future__ import annotations
 
 import io
+import math
 import struct
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from icefloe.binding import bind
 from icefloe.datafile import DataFile
-from icefloe.evaluators import MetricsEvaluator
+from icefloe.evaluators import MetricsEvaluator, StrictMetricsEvaluator
 from icefloe.expression_json import parse_expression
 from icefloe.expressions import AlwaysTrue, rewrite_not
 from icefloe.manifest import ManifestWriter
@@ -162,3 +165,99 @@ def test_the_cached_path_agrees_on_a_plan() -> None:
     bound = rewrite_not(bind(SCHEMA, parse_expression(FILTERS[0]), True))
     selected = FilePruner(SCHEMA, AlwaysTrue(), bound).select(cached).to_pylist()
     assert selected == [0, 2, 3, 4]  # only the all-+0.0 file is pruned
+
+
+# ---------------------------------------------------------------------------------------------
+# The strict evaluator: "every row matches" under IEEE 754 and Double.compare alike
+# ---------------------------------------------------------------------------------------------
+
+
+def _key(v: float) -> tuple[float, float]:
+    """Java's ``Double.compare`` order as a sort key (-0.0 before +0.0)."""
+    return (v, math.copysign(1.0, v))
+
+
+def _values(expr: dict[str, Any]) -> list[float]:
+    return [expr["value"]] if "value" in expr else list(expr["values"])
+
+
+def _strict(expr: dict[str, Any], lo: float, hi: float, key: Any) -> bool:
+    """A strict metrics evaluator over bounds, in the order ``key`` gives (identity = IEEE)."""
+    op, lo_k, hi_k = expr["type"], key(lo), key(hi)
+    vs = [key(v) for v in _values(expr)]
+    if op == "lt":
+        return hi_k < vs[0]
+    if op == "lt-eq":
+        return hi_k <= vs[0]
+    if op == "gt":
+        return lo_k > vs[0]
+    if op == "gt-eq":
+        return lo_k >= vs[0]
+    if op == "eq":
+        return lo_k == vs[0] == hi_k
+    if op == "not-eq":
+        return vs[0] < lo_k or vs[0] > hi_k
+    if op == "in":
+        return lo_k == hi_k and lo_k in vs
+    assert op == "not-in"
+    return not any(lo_k <= v <= hi_k for v in vs)
+
+
+def _row_matches(expr: dict[str, Any], x: float, key: Any) -> bool:
+    op, x_k = expr["type"], key(x)
+    vs = [key(v) for v in _values(expr)]
+    return {
+        "lt": lambda: x_k < vs[0],
+        "lt-eq": lambda: x_k <= vs[0],
+        "gt": lambda: x_k > vs[0],
+        "gt-eq": lambda: x_k >= vs[0],
+        "eq": lambda: x_k == vs[0],
+        "not-eq": lambda: x_k != vs[0],
+        "in": lambda: x_k in vs,
+        "not-in": lambda: x_k not in vs,
+    }[op]()
+
+
+_POOL = [-2.0, -1.0, -0.0, 0.0, 1.0, 2.0]
+_OPS = ["lt", "lt-eq", "gt", "gt-eq", "eq", "not-eq", "in", "not-in"]
+
+
+@given(
+    bounds=st.lists(st.sampled_from(_POOL), min_size=2, max_size=2),
+    op=st.sampled_from(_OPS),
+    literals=st.lists(st.sampled_from(_POOL), min_size=1, max_size=3),
+)
+def test_strict_metrics_hold_under_ieee_and_double_compare(
+    bounds: list[float], op: str, literals: list[float]
+) -> None:
+    lo, hi = sorted(bounds, key=_key)
+    if op in ("in", "not-in"):
+        expr: dict[str, Any] = {"type": op, "term": "x", "values": literals}
+    else:
+        expr = {"type": op, "term": "x", "value": literals[0]}
+    bound = rewrite_not(bind(SCHEMA, parse_expression(expr), True))
+    ours = StrictMetricsEvaluator(SCHEMA, bound).eval(_file(0, lo, hi))
+    java = _strict(expr, lo, hi, _key)
+    ieee = _strict(expr, lo, hi, lambda v: v)
+    assert ours == (java and ieee), (expr, lo, hi)
+    if ours:  # sound: every value the bounds allow matches under both orders
+        for x in _POOL:
+            if _key(lo) <= _key(x) <= _key(hi):
+                assert _row_matches(expr, x, _key) and _row_matches(expr, x, lambda v: v)
+
+
+@pytest.mark.parametrize(
+    ("expr", "lo", "hi"),
+    [
+        ({"type": "lt-eq", "term": "x", "value": -0.0}, 0.0, 0.0),
+        ({"type": "gt-eq", "term": "x", "value": 0.0}, -0.0, 1.0),
+        ({"type": "eq", "term": "x", "value": 0.0}, -0.0, 0.0),
+        ({"type": "in", "term": "x", "values": [0.0]}, -0.0, -0.0),
+    ],
+)
+def test_strict_metrics_do_not_claim_a_signed_zero_match(
+    expr: dict[str, Any], lo: float, hi: float
+) -> None:
+    """Java's StrictMetricsEvaluator says "not every row" here; IEEE alone would say yes."""
+    bound = rewrite_not(bind(SCHEMA, parse_expression(expr), True))
+    assert not StrictMetricsEvaluator(SCHEMA, bound).eval(_file(0, lo, hi))
