@@ -237,7 +237,7 @@ def decode_columns(
 
     Raises :class:`ArrowDecodeUnavailable` when DuckDB cannot produce exactly that.
     """
-    from icefloe.manifest_cache import arrow_storage_type
+    from icefloe.arrow_values import arrow_storage_type
 
     location = manifest.manifest_path
     try:
