@@ -34,7 +34,8 @@ _CONTENT_BY_NAME = {name: c for c, name in _CONTENT_NAMES.items()} | {
 }
 
 
-def _value_to_json(t: IcebergType, value: Any) -> Any:
+def value_json(t: IcebergType, value: Any) -> Any:
+    """A single value in the REST form (binary as upper-case hex), ready for ``json.dumps``."""
     if value is None:
         return None
     if isinstance(t, (FixedType, BinaryType)):
@@ -104,7 +105,7 @@ def content_file_to_json(
         "file-path": data_file.file_path,
         "file-format": data_file.file_format,
         "partition": [
-            _value_to_json(f.field_type, v)
+            value_json(f.field_type, v)
             for f, v in zip(partition_type.fields, data_file.partition)
         ],
         "file-size-in-bytes": data_file.file_size_in_bytes,
@@ -156,7 +157,7 @@ def content_file_to_json(
                 continue  # a dropped column: its bound can no longer be typed
             keys.append(fid)
             values.append(
-                _value_to_json(field.field_type, from_bytes(field.field_type, kept_bounds[fid]))
+                value_json(field.field_type, from_bytes(field.field_type, kept_bounds[fid]))
             )
         out[key] = {"keys": keys, "values": values}
     return out

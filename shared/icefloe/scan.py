@@ -12,9 +12,13 @@ would be without it:
    that apply to it (:mod:`icefloe.delete_index`) and its residual filter: what is left of
    the row filter once the file's partition is known (strict projection).
 
-Step 3 is lazy: a :class:`ScanPlan` keeps the selected rows per manifest and builds tasks
-for the range a caller asks for, so a server paging through a million-file scan never holds
-a million task objects.
+Step 3 is lazy: a :class:`~icefloe.scan_plan.ScanPlan` keeps the selected rows per manifest
+and builds tasks for the range a caller asks for (or :mod:`icefloe.scan_json` writes their
+REST JSON straight from the Arrow columns), so a server paging through a million-file scan
+never holds a million task objects.
+
+The request is a :class:`ScanRequest`; :func:`plan_scan` resolves it, prunes manifests by
+their summaries, indexes the delete files and prunes the data files, one function a step.
 
 Besides point-in-time scans (current snapshot, a snapshot id, a branch or tag, or the
 snapshot current at a timestamp), incremental append scans return the data files added by
@@ -26,22 +30,22 @@ adds none.
 from __future__ import annotations
 
 import asyncio
-import bisect
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any, Protocol, TypedDict, Unpack
 
 from icefloe.binding import bind
-from icefloe.datafile import DataFile
+from icefloe.cached_manifest import CachedManifest
 from icefloe.delete_index import DeleteFileIndex
 from icefloe.errors import NotFoundError, ValidationError
 from icefloe.evaluators import ManifestEvaluator
 from icefloe.expressions import AlwaysTrue, BooleanExpression, is_bound, rewrite_not
-from icefloe.manifest_cache import CachedManifest, FilePruner, PruneCounts
+from icefloe.file_pruner import FilePruner, PruneCounts
 from icefloe.manifest_list import ManifestContent, ManifestFile
 from icefloe.metadata import TableMetadata
 from icefloe.partition import PartitionSpec
-from icefloe.projection import ResidualEvaluator, inclusive_projection
+from icefloe.projection import inclusive_projection
+from icefloe.scan_plan import FileScanTask, ScanMetrics, ScanPlan, Segment
 from icefloe.schema import Schema
 from icefloe.snapshot import Operation, Snapshot
 from icefloe.types import NestedType, walk_fields
@@ -58,130 +62,6 @@ class ManifestSource(Protocol):
         specs: Mapping[int, PartitionSpec],
         schema: Schema,
     ) -> list[CachedManifest]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class FileScanTask:
-    """One data file to read, the delete files to apply to it, and the filter left to apply."""
-
-    data_file: DataFile
-    delete_files: tuple[DataFile, ...]
-    residual: BooleanExpression
-    data_sequence_number: int
-
-
-@dataclass
-class ScanMetrics:
-    """What planning did, for logs, metrics and tests that metrics prune."""
-
-    manifests: int = 0
-    manifests_skipped: int = 0
-    data_files: PruneCounts = field(default_factory=PruneCounts)
-    delete_files: PruneCounts = field(default_factory=PruneCounts)
-
-    @property
-    def files_selected(self) -> int:
-        return self.data_files.selected
-
-
-@dataclass(frozen=True, slots=True)
-class _Segment:
-    manifest: CachedManifest
-    rows: Any  # int64 Arrow array of row indices
-
-
-class ScanPlan:
-    """A planned scan. ``len(plan)`` is the number of data files; :meth:`tasks` builds the
-    tasks of any range on demand (and is safe to call from worker threads)."""
-
-    def __init__(
-        self,
-        *,
-        metadata: TableMetadata,
-        snapshot: Snapshot | None,
-        schema: Schema,
-        projected_schema: Schema,
-        row_filter: BooleanExpression,
-        case_sensitive: bool,
-        stats_field_ids: frozenset[int],
-        incremental: bool,
-        segments: list[_Segment],
-        deletes: DeleteFileIndex,
-        metrics: ScanMetrics,
-    ) -> None:
-        self.metadata = metadata
-        self.snapshot = snapshot
-        self.schema = schema
-        self.projected_schema = projected_schema
-        self.row_filter = row_filter
-        self.case_sensitive = case_sensitive
-        self.stats_field_ids = stats_field_ids
-        self.incremental = incremental
-        self.metrics = metrics
-        self.deletes = deletes
-        self._segments = segments
-        self._starts: list[int] = []
-        total = 0
-        for s in segments:
-            self._starts.append(total)
-            total += len(s.rows)
-        self._count = total
-        self._residuals: dict[int, ResidualEvaluator] = {}
-
-    @property
-    def nbytes(self) -> int:
-        """Memory the plan holds: the selected rows' columns (see CachedManifest.compact)."""
-        return sum(s.manifest.nbytes for s in self._segments) + 64 * len(self._segments)
-
-    @property
-    def specs(self) -> dict[int, PartitionSpec]:
-        return self.metadata.specs()
-
-    def __len__(self) -> int:
-        return self._count
-
-    def tasks(
-        self, start: int = 0, stop: int | None = None, *, with_metrics: bool = True
-    ) -> list[FileScanTask]:
-        """Tasks ``start`` to ``stop`` (exclusive) in plan order (manifest order).
-
-        ``with_metrics=False`` builds data files without their column metric maps (for a
-        response that returns no column stats)."""
-        stop = self._count if stop is None else min(stop, self._count)
-        start = max(0, start)
-        out: list[FileScanTask] = []
-        if start >= stop:
-            return out
-        index = bisect.bisect_right(self._starts, start) - 1
-        position = start
-        while position < stop and index < len(self._segments):
-            segment = self._segments[index]
-            first = position - self._starts[index]
-            last = min(len(segment.rows), stop - self._starts[index])
-            rows = segment.manifest.rows(
-                segment.rows.slice(first, last - first), with_metrics=with_metrics
-            )
-            residual = self._residual(segment.manifest.spec_id)
-            for f, seq in zip(rows.data_files, rows.data_sequence_numbers):
-                out.append(
-                    FileScanTask(
-                        data_file=f,
-                        delete_files=tuple(self.deletes.for_data_file(f, seq)),
-                        residual=residual.residual_for(f.partition),
-                        data_sequence_number=seq,
-                    )
-                )
-            position += last - first
-            index += 1
-        return out
-
-    def _residual(self, spec_id: int) -> ResidualEvaluator:
-        found = self._residuals.get(spec_id)
-        if found is None:
-            spec = self.specs[spec_id]
-            found = ResidualEvaluator(spec, self.row_filter, self.schema, self.case_sensitive)
-            self._residuals[spec_id] = found
-        return found
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,43 +135,61 @@ def field_ids_of(
 
 
 # ---------------------------------------------------------------------------------------------
-# Planning
+# The request
 # ---------------------------------------------------------------------------------------------
 
 
-async def plan_scan(
-    metadata: TableMetadata,
-    source: ManifestSource,
-    *,
-    snapshot_id: int | None = None,
-    ref: str | None = None,
-    as_of_ms: int | None = None,
-    start_snapshot_id: int | None = None,
-    end_snapshot_id: int | None = None,
-    row_filter: BooleanExpression | None = None,
-    case_sensitive: bool = True,
-    select: Sequence[str] | None = None,
-    use_snapshot_schema: bool = False,
-    stats_fields: Sequence[str] | None = None,
-    include_empty_files: bool = False,
-    offload: bool = True,
-) -> ScanPlan:
-    """Plan a scan of ``metadata``'s table (see the module docstring).
+class ScanOptions(TypedDict, total=False):
+    """:class:`ScanRequest`'s fields as keyword arguments of :func:`plan_scan`."""
+
+    snapshot_id: int | None
+    ref: str | None
+    as_of_ms: int | None
+    start_snapshot_id: int | None
+    end_snapshot_id: int | None
+    row_filter: BooleanExpression | None
+    case_sensitive: bool
+    select: Sequence[str] | None
+    use_snapshot_schema: bool
+    stats_fields: Sequence[str] | None
+    include_empty_files: bool
+
+
+@dataclass(frozen=True)
+class ScanRequest:
+    """What to plan: the snapshot (or the range of an incremental append scan), the row
+    filter, the columns to read and the column stats to return.
 
     ``start_snapshot_id``/``end_snapshot_id`` make an incremental append scan and exclude
-    the point-in-time selectors. Raises :class:`ValidationError` for a malformed request
-    (a filter, selection or stats field naming an unknown column, conflicting selectors) and
-    :class:`NotFoundError` for an unknown snapshot, ref or time. With ``offload`` the
-    CPU-bound pruning runs in a worker thread, so an event loop calling this stays free.
+    the point-in-time selectors (``snapshot_id``, ``ref``, ``as_of_ms``).
     """
-    incremental = start_snapshot_id is not None or end_snapshot_id is not None
-    if incremental:
+
+    snapshot_id: int | None = None
+    ref: str | None = None
+    as_of_ms: int | None = None
+    start_snapshot_id: int | None = None
+    end_snapshot_id: int | None = None
+    row_filter: BooleanExpression | None = None
+    case_sensitive: bool = True
+    select: Sequence[str] | None = None
+    use_snapshot_schema: bool = False
+    stats_fields: Sequence[str] | None = None
+    include_empty_files: bool = False
+
+    @property
+    def incremental(self) -> bool:
+        return self.start_snapshot_id is not None or self.end_snapshot_id is not None
+
+    def check(self) -> None:
+        """Raise :class:`ValidationError` for selectors that exclude each other."""
+        if not self.incremental:
+            return
         point_in_time = [
             n
             for n, v in (
-                ("snapshot-id", snapshot_id),
-                ("ref", ref),
-                ("as-of-timestamp-ms", as_of_ms),
+                ("snapshot-id", self.snapshot_id),
+                ("ref", self.ref),
+                ("as-of-timestamp-ms", self.as_of_ms),
             )
             if v is not None
         ]
@@ -299,149 +197,255 @@ async def plan_scan(
             raise ValidationError(
                 f"an incremental scan (start/end-snapshot-id) cannot also use {point_in_time}"
             )
-        if end_snapshot_id is None:
+        if self.end_snapshot_id is None:
             raise ValidationError("end-snapshot-id is required with start-snapshot-id")
-        snapshot: Snapshot | None = metadata.snapshot_by_id(end_snapshot_id)
-        appends = append_snapshots(metadata, start_snapshot_id, end_snapshot_id)
-    else:
-        snapshot = resolve_snapshot(metadata, snapshot_id=snapshot_id, ref=ref, as_of_ms=as_of_ms)
-        appends = []
-    schema = scan_schema(metadata, snapshot, use_snapshot_schema)
-    expr = row_filter if row_filter is not None else AlwaysTrue()
 
-    def prepare() -> tuple[BooleanExpression, Schema, frozenset[int]]:
-        # Binding a filter of a hundred thousand literals takes a while: off the loop.
-        bound = rewrite_not(expr if is_bound(expr) else bind(schema, expr, case_sensitive))
-        projected = schema.select(list(select), case_sensitive) if select else schema
-        stats_ids = (
-            field_ids_of(schema, stats_fields, case_sensitive, "stats-fields")
-            if stats_fields
-            else frozenset()
+
+@dataclass(frozen=True)
+class _Target:
+    """The resolved request: the snapshot read, the append snapshots of an incremental
+    scan, and the schema the filter binds to."""
+
+    snapshot: Snapshot | None
+    appends: list[Snapshot]
+    schema: Schema
+
+
+def _resolve(metadata: TableMetadata, request: ScanRequest) -> _Target:
+    request.check()
+    if request.incremental:
+        assert request.end_snapshot_id is not None
+        snapshot = metadata.snapshot_by_id(request.end_snapshot_id)
+        appends = append_snapshots(metadata, request.start_snapshot_id, request.end_snapshot_id)
+    else:
+        snapshot = resolve_snapshot(
+            metadata, snapshot_id=request.snapshot_id, ref=request.ref, as_of_ms=request.as_of_ms
         )
-        return bound, projected, stats_ids
+        appends = []
+    return _Target(snapshot, appends, scan_schema(metadata, snapshot, request.use_snapshot_schema))
 
-    if offload and row_filter is not None:
-        bound, projected, stats_ids = await asyncio.to_thread(prepare)
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The filter bound and NOT-free, the projected schema and the stats field ids."""
+
+    row_filter: BooleanExpression
+    projected: Schema
+    stats_ids: frozenset[int]
+
+
+def _prepare(schema: Schema, request: ScanRequest) -> _Prepared:
+    expr = request.row_filter if request.row_filter is not None else AlwaysTrue()
+    cs = request.case_sensitive
+    bound = rewrite_not(expr if is_bound(expr) else bind(schema, expr, cs))
+    projected = schema.select(list(request.select), cs) if request.select else schema
+    stats_ids = (
+        field_ids_of(schema, request.stats_fields, cs, "stats-fields")
+        if request.stats_fields
+        else frozenset()
+    )
+    return _Prepared(bound, projected, stats_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pruning manifests, then files; indexing deletes
+# ---------------------------------------------------------------------------------------------
+
+
+class _Projections:
+    """The row filter's inclusive projection and manifest evaluator per partition spec."""
+
+    def __init__(
+        self, metadata: TableMetadata, schema: Schema, row_filter: BooleanExpression, cs: bool
+    ) -> None:
+        self.metadata = metadata
+        self.specs = metadata.specs()
+        self.schema = schema
+        self.row_filter = row_filter
+        self.case_sensitive = cs
+        self._filters: dict[int, BooleanExpression] = {}
+        self._evaluators: dict[int, ManifestEvaluator] = {}
+
+    def partition_filter(self, spec_id: int) -> BooleanExpression:
+        found = self._filters.get(spec_id)
+        if found is None:
+            spec = self.specs.get(spec_id)
+            if spec is None:
+                raise ValidationError(
+                    f"table {self.metadata.location} has no partition spec {spec_id}, which a "
+                    "manifest of the snapshot uses"
+                )
+            found = inclusive_projection(self.schema, spec, self.case_sensitive)(self.row_filter)
+            self._filters[spec_id] = found
+        return found
+
+    def manifest_may_match(self, m: ManifestFile) -> bool:
+        evaluator = self._evaluators.get(m.partition_spec_id)
+        if evaluator is None:
+            projected = self.partition_filter(m.partition_spec_id)  # checks the spec exists
+            partition_type = self.specs[m.partition_spec_id].partition_type(self.schema)
+            evaluator = ManifestEvaluator(partition_type, projected)
+            self._evaluators[m.partition_spec_id] = evaluator
+        return evaluator.eval(m)
+
+
+async def _candidate_manifests(
+    source: ManifestSource, target: _Target, range_ids: frozenset[int] | None
+) -> list[ManifestFile]:
+    """The manifests that may hold the scan's files: live ones, or for an incremental scan
+    the data manifests that added files in the range."""
+    if range_ids is None:
+        assert target.snapshot is not None
+        return [m for m in await source.manifest_list(target.snapshot) if _has_live_files(m)]
+    listed: dict[str, ManifestFile] = {}
+    for s in target.appends:
+        for m in await source.manifest_list(s):
+            if (
+                m.content == ManifestContent.DATA
+                and m.added_snapshot_id in range_ids
+                and m.has_added_files
+            ):
+                listed.setdefault(m.manifest_path, m)
+    return list(listed.values())
+
+
+def _split_manifests(
+    candidates: list[ManifestFile], projections: _Projections, metrics: ScanMetrics
+) -> tuple[list[ManifestFile], list[ManifestFile]]:
+    """Data and delete manifests whose partition summaries may match (CPU work)."""
+    data: list[ManifestFile] = []
+    deletes: list[ManifestFile] = []
+    for m in candidates:
+        if not projections.manifest_may_match(m):
+            metrics.manifests_skipped += 1
+        elif m.content == ManifestContent.DATA:
+            data.append(m)
+        else:
+            deletes.append(m)
+    return data, deletes
+
+
+def _index_deletes(
+    loaded: list[CachedManifest],
+    projections: _Projections,
+    deletes: DeleteFileIndex,
+    counts: PruneCounts,
+) -> None:
+    """Index the live delete files whose partitions may match the filter."""
+    pruners: dict[int, FilePruner] = {}
+    for cached in loaded:
+        pruner = pruners.get(cached.spec_id)
+        if pruner is None:
+            # Partition values only: a delete file's metrics describe deleted rows, and
+            # ruling one out by the row filter would need the equality columns alone.
+            pruner = FilePruner(
+                projections.schema, projections.partition_filter(cached.spec_id), None
+            )
+            pruners[cached.spec_id] = pruner
+        rows = cached.rows(pruner.select(cached))
+        for f, seq in zip(rows.data_files, rows.data_sequence_numbers):
+            deletes.add(f, seq)
+    _sum_counts(counts, pruners.values())
+
+
+def _prune_data(
+    loaded: list[CachedManifest],
+    projections: _Projections,
+    request: ScanRequest,
+    range_ids: frozenset[int] | None,
+    counts: PruneCounts,
+) -> list[Segment]:
+    """The selected rows of each data manifest, as compact copies a plan may hold."""
+    pruners: dict[int, FilePruner] = {}
+    segments: list[Segment] = []
+    for cached in loaded:
+        pruner = pruners.get(cached.spec_id)
+        if pruner is None:
+            pruner = FilePruner(
+                projections.schema,
+                projections.partition_filter(cached.spec_id),
+                projections.row_filter,
+                include_empty_files=request.include_empty_files,
+            )
+            pruners[cached.spec_id] = pruner
+        if range_ids is not None:
+            selected = pruner.select(cached, which="added", snapshot_ids=range_ids)
+        else:
+            selected = pruner.select(cached)
+        if len(selected):
+            kept = cached.compact(selected)  # a held plan must not pin the manifest
+            segments.append(Segment(kept, kept.row_numbers()))
+    _sum_counts(counts, pruners.values())
+    return segments
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning
+# ---------------------------------------------------------------------------------------------
+
+
+async def plan_scan(
+    metadata: TableMetadata,
+    source: ManifestSource,
+    request: ScanRequest | None = None,
+    *,
+    offload: bool = True,
+    **options: Unpack[ScanOptions],
+) -> ScanPlan:
+    """Plan a scan of ``metadata``'s table (see the module docstring).
+
+    The request is a :class:`ScanRequest` or its fields as keywords (not both). Raises
+    :class:`ValidationError` for a malformed request (a filter, selection or stats field
+    naming an unknown column, conflicting selectors) and :class:`NotFoundError` for an
+    unknown snapshot, ref or time. With ``offload`` the CPU-bound work (binding big
+    filters, testing summaries, pruning) runs in worker threads, so an event loop calling
+    this stays free.
+    """
+    if request is None:
+        request = ScanRequest(**options)
+    elif options:
+        raise ValidationError(f"plan_scan takes a request or keywords, not both: {sorted(options)}")
+    target = _resolve(metadata, request)
+    schema = target.schema
+    if offload and request.row_filter is not None:
+        # Binding a filter of a hundred thousand literals takes a while: off the loop.
+        prepared = await asyncio.to_thread(_prepare, schema, request)
     else:
-        bound, projected, stats_ids = prepare()
-    specs = metadata.specs()
+        prepared = _prepare(schema, request)
     metrics = ScanMetrics()
-    deletes = DeleteFileIndex(specs, schema)
+    deletes = DeleteFileIndex(metadata.specs(), schema)
 
-    def plan(segments: list[_Segment]) -> ScanPlan:
+    def plan(segments: list[Segment]) -> ScanPlan:
         return ScanPlan(
             metadata=metadata,
-            snapshot=snapshot,
+            snapshot=target.snapshot,
             schema=schema,
-            projected_schema=projected,
-            row_filter=bound,
-            case_sensitive=case_sensitive,
-            stats_field_ids=stats_ids,
-            incremental=incremental,
+            projected_schema=prepared.projected,
+            row_filter=prepared.row_filter,
+            case_sensitive=request.case_sensitive,
+            stats_field_ids=prepared.stats_ids,
+            incremental=request.incremental,
             segments=segments,
             deletes=deletes,
             metrics=metrics,
         )
 
-    if snapshot is None:
+    if target.snapshot is None:
         return plan([])
-
-    partition_filters: dict[int, BooleanExpression] = {}
-    evaluators: dict[int, ManifestEvaluator] = {}
-
-    def partition_filter(spec_id: int) -> BooleanExpression:
-        found = partition_filters.get(spec_id)
-        if found is None:
-            spec = specs.get(spec_id)
-            if spec is None:
-                raise ValidationError(
-                    f"table {metadata.location} has no partition spec {spec_id}, which a "
-                    "manifest of the snapshot uses"
-                )
-            found = inclusive_projection(schema, spec, case_sensitive)(bound)
-            partition_filters[spec_id] = found
-        return found
-
-    def manifest_may_match(m: ManifestFile) -> bool:
-        evaluator = evaluators.get(m.partition_spec_id)
-        if evaluator is None:
-            projected_filter = partition_filter(m.partition_spec_id)  # checks the spec exists
-            partition_type = specs[m.partition_spec_id].partition_type(schema)
-            evaluator = ManifestEvaluator(partition_type, projected_filter)
-            evaluators[m.partition_spec_id] = evaluator
-        return evaluator.eval(m)
-
-    range_ids: frozenset[int] | None = None
-    if incremental:
-        range_ids = frozenset(s.snapshot_id for s in appends)
-        listed: dict[str, ManifestFile] = {}
-        for s in appends:
-            for m in await source.manifest_list(s):
-                if (
-                    m.content == ManifestContent.DATA
-                    and m.added_snapshot_id in range_ids
-                    and m.has_added_files
-                ):
-                    listed.setdefault(m.manifest_path, m)
-        candidates = list(listed.values())
-    else:
-        candidates = [m for m in await source.manifest_list(snapshot) if _has_live_files(m)]
-
+    projections = _Projections(metadata, schema, prepared.row_filter, request.case_sensitive)
+    range_ids = frozenset(s.snapshot_id for s in target.appends) if request.incremental else None
+    candidates = await _candidate_manifests(source, target, range_ids)
     metrics.manifests = len(candidates)
-    data_manifests: list[ManifestFile] = []
-    delete_manifests: list[ManifestFile] = []
-
-    def split() -> None:
-        # Projecting the filter onto each spec and testing the summaries: CPU work.
-        for m in candidates:
-            if not manifest_may_match(m):
-                metrics.manifests_skipped += 1
-            elif m.content == ManifestContent.DATA:
-                data_manifests.append(m)
-            else:
-                delete_manifests.append(m)
-
-    if offload and (row_filter is not None or len(candidates) > 64):
-        await asyncio.to_thread(split)
+    if offload and (request.row_filter is not None or len(candidates) > 64):
+        data, delete = await asyncio.to_thread(_split_manifests, candidates, projections, metrics)
     else:
-        split()
-
-    loaded_data = await source.manifests(data_manifests, specs, schema)
-    loaded_deletes = await source.manifests(delete_manifests, specs, schema)
+        data, delete = _split_manifests(candidates, projections, metrics)
+    loaded_data = await source.manifests(data, projections.specs, schema)
+    loaded_deletes = await source.manifests(delete, projections.specs, schema)
 
     def prune() -> ScanPlan:
-        data_pruners: dict[int, FilePruner] = {}
-        delete_pruners: dict[int, FilePruner] = {}
-        for cached in loaded_deletes:
-            pruner = delete_pruners.get(cached.spec_id)
-            if pruner is None:
-                # Partition values only: a delete file's metrics describe deleted rows, and
-                # ruling one out by the row filter would need the equality columns alone.
-                pruner = FilePruner(schema, partition_filter(cached.spec_id), None)
-                delete_pruners[cached.spec_id] = pruner
-            rows = cached.rows(pruner.select(cached))
-            for f, seq in zip(rows.data_files, rows.data_sequence_numbers):
-                deletes.add(f, seq)
-        segments: list[_Segment] = []
-        for cached in loaded_data:
-            pruner = data_pruners.get(cached.spec_id)
-            if pruner is None:
-                pruner = FilePruner(
-                    schema,
-                    partition_filter(cached.spec_id),
-                    bound,
-                    include_empty_files=include_empty_files,
-                )
-                data_pruners[cached.spec_id] = pruner
-            if incremental:
-                selected = pruner.select(cached, which="added", snapshot_ids=range_ids)
-            else:
-                selected = pruner.select(cached)
-            if len(selected):
-                kept = cached.compact(selected)  # a held plan must not pin the manifest
-                segments.append(_Segment(kept, kept.row_numbers()))
-        _sum_counts(metrics.data_files, data_pruners.values())
-        _sum_counts(metrics.delete_files, delete_pruners.values())
+        _index_deletes(loaded_deletes, projections, deletes, metrics.delete_files)
+        segments = _prune_data(loaded_data, projections, request, range_ids, metrics.data_files)
         return plan(segments)
 
     if offload:
@@ -467,7 +471,9 @@ __all__ = [
     "FileScanTask",
     "ManifestSource",
     "ScanMetrics",
+    "ScanOptions",
     "ScanPlan",
+    "ScanRequest",
     "append_snapshots",
     "field_ids_of",
     "plan_scan",
