@@ -165,6 +165,23 @@ class DeleteFileIndex:
             self.add(f, seq)
         return self
 
+    def referenced_paths(self) -> frozenset[str]:
+        """Data file paths that deletion vectors or path-scoped position deletes name."""
+        return frozenset(self._dvs) | frozenset(self._pos_by_path)
+
+    def scopes_partition(self, spec_id: int, partition: tuple[Any, ...]) -> bool:
+        """Whether partition-scoped position or equality deletes exist for this partition."""
+        key = (spec_id, partition_key(partition))
+        return key in self._pos or key in self._eq
+
+    def max_global_sequence(self) -> int | None:
+        """The highest data sequence number of a global equality delete, None if none."""
+        seqs, _ = self._global_eq._sorted()
+        return seqs[-1] if seqs else None
+
+    def has_equality_deletes(self) -> bool:
+        return bool(self._eq) or self.max_global_sequence() is not None
+
     def for_data_file(self, data_file: DataFile, data_sequence_number: int) -> list[DataFile]:
         """The delete files a reader must apply to ``data_file`` (in no particular order)."""
         if not self._count:

@@ -1,0 +1,443 @@
+"""A plan's tasks as the REST catalog's ``ScanTasks`` JSON, written column by column.
+
+A full plan of a million files is a million ``file-scan-tasks``. Building a ``DataFile``,
+then a dict, then JSON text per file costs tens of microseconds each: most of a warm full
+plan. :func:`scan_tasks_members` writes the same JSON from the plan's Arrow columns instead:
+each field of the ``data-file`` object is one string array made by Arrow kernels (numbers
+cast to text, paths quoted, partition values and file formats converted once per distinct
+value and spread with ``take``), and one ``binary_join_element_wise`` glues the fields into
+one text per task, whose bytes are the page. Residual filters are computed once per
+distinct partition, and delete files are attached by the snapshot's
+:class:`~icefloe.delete_index.DeleteFileIndex` only to the rows an Arrow test says may have
+one (a path a deletion vector names, a partition with scoped deletes, a sequence number
+below a global equality delete's), so the index's rules stay the one implementation.
+
+:func:`scan_tasks_json` is the reference: the same object built per file from ``DataFile``
+objects (and what a plan asking for column stats uses). The tests hold both to the same
+output on plans with deletes, evolved partition specs and pages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icefloe.arrow_values import arrow_to_values
+from icefloe.cached_manifest import CachedManifest
+from icefloe.content_file import content_file_to_json, value_json
+from icefloe.datafile import DataFile
+from icefloe.expression_json import expression_to_json
+from icefloe.expressions import BooleanExpression
+from icefloe.manifest_list import ManifestContent
+from icefloe.scan_plan import ScanPlan
+from icefloe.types import IcebergType
+
+_STATS_KEYS = (
+    "column-sizes",
+    "value-counts",
+    "null-value-counts",
+    "nan-value-counts",
+    "lower-bounds",
+    "upper-bounds",
+)
+# Characters JSON requires escaped in a string: quote, backslash and control characters.
+_NEEDS_ESCAPE = r'["\\\x00-\x1f]'
+_NEEDS_ESCAPE_RE = re.compile(_NEEDS_ESCAPE)
+# Grouping rows by partition packs each field's dictionary index into one int64 key.
+_MAX_KEY = 1 << 62
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference: per file, from DataFile objects
+# ---------------------------------------------------------------------------------------------
+
+
+def content_file_json(f: DataFile, plan: ScanPlan, stats: frozenset[int]) -> dict[str, Any]:
+    """A data or delete file in REST form, with column stats only for ``stats`` (ids)."""
+    out = content_file_to_json(f, plan.specs[f.spec_id], plan.schema, set(stats))
+    for key in _STATS_KEYS:
+        value = out.get(key)
+        if value is not None and not value["keys"]:
+            del out[key]
+    return out
+
+
+def same_filter(residual: Any, row_filter: Any) -> bool:
+    """Whether a task's residual is the request's filter (then the task omits it)."""
+    if residual is row_filter:
+        return True
+    try:
+        return bool(residual == row_filter)
+    except (TypeError, ValueError, RecursionError):
+        return False
+
+
+class _DeleteFiles:
+    """The page's ``delete-files`` list: each delete file once, referenced by position.
+
+    A deletion vector is one blob of a Puffin file that may hold many, so a delete file is
+    known by its path and blob offset, not by its path alone.
+    """
+
+    def __init__(self, plan: ScanPlan) -> None:
+        self.plan = plan
+        self.files: list[dict[str, Any]] = []
+        self._index: dict[tuple[str, int | None], int] = {}
+
+    def refs(self, deletes: list[DataFile]) -> list[int]:
+        out = []
+        for d in deletes:
+            key = (d.file_path, d.content_offset)
+            index = self._index.get(key)
+            if index is None:
+                index = self._index[key] = len(self.files)
+                self.files.append(content_file_json(d, self.plan, frozenset()))
+            out.append(index)
+        return out
+
+
+def scan_tasks_json(plan: ScanPlan, start: int, stop: int) -> dict[str, Any]:
+    """The ``ScanTasks`` object of tasks ``start``..``stop``, built per file (reference)."""
+    # Equality deletes are ruled out by the data file's metrics, so those are read then.
+    with_metrics = bool(plan.stats_field_ids) or plan.deletes.has_equality_deletes()
+    tasks = plan.tasks(start, stop, with_metrics=with_metrics)
+    deletes = _DeleteFiles(plan)
+    file_tasks = []
+    residuals: dict[Any, Any] = {}
+    for task in tasks:
+        refs = deletes.refs(list(task.delete_files))
+        entry: dict[str, Any] = {
+            "data-file": content_file_json(task.data_file, plan, plan.stats_field_ids),
+        }
+        # The spec lets a task omit its residual when it is the request's filter (the client
+        # then applies that filter): repeating a large filter in every task would multiply
+        # the response by the task count.
+        if not same_filter(task.residual, plan.row_filter):
+            residual = residuals.get(task.residual)
+            if residual is None:
+                residual = residuals[task.residual] = expression_to_json(task.residual, legacy=True)
+            entry["residual-filter"] = residual
+        if refs:
+            entry["delete-file-references"] = refs
+        file_tasks.append(entry)
+    out: dict[str, Any] = {"file-scan-tasks": file_tasks}
+    if deletes.files:
+        out["delete-files"] = deletes.files
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Column by column
+# ---------------------------------------------------------------------------------------------
+
+
+def scan_tasks_members(plan: ScanPlan, start: int, stop: int) -> bytes:
+    """The members of the ``ScanTasks`` object of tasks ``start``..``stop`` as UTF-8 JSON
+    text without the braces (``"file-scan-tasks":[…]`` and, when deletes apply,
+    ``,"delete-files":[…]``), so a response can add its own members around them.
+
+    The same JSON value as :func:`scan_tasks_json` (a plan that asks for column stats is
+    written by it)."""
+    if plan.stats_field_ids:
+        text = json.dumps(scan_tasks_json(plan, start, stop), separators=(",", ":"))
+        return text[1:-1].encode("utf-8")
+    deletes = _DeleteFiles(plan)
+    chunks = [_piece(plan, m, rows, deletes) for m, rows in plan.pieces(start, stop)]
+    tasks = b"".join(chunks)[:-1]  # each task text ends with a comma
+    out = b'"file-scan-tasks":[' + tasks + b"]"
+    if deletes.files:
+        files = json.dumps(deletes.files, separators=(",", ":")).encode("utf-8")
+        out += b',"delete-files":' + files
+    return out
+
+
+def scan_tasks_bytes(plan: ScanPlan, start: int, stop: int) -> bytes:
+    """The ``ScanTasks`` object of tasks ``start``..``stop`` as UTF-8 JSON text."""
+    return b"{" + scan_tasks_members(plan, start, stop) + b"}"
+
+
+def _text(value: str) -> Any:
+    return pa.scalar(value, pa.string())
+
+
+def _piece(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) -> bytes:
+    """The task texts (each followed by a comma) of rows ``rows`` of manifest ``m``."""
+    n = len(rows)
+    if n == 0:
+        return b""
+    content = pc.take(m.column("content"), rows)
+    if m.content != ManifestContent.DATA or pc.any(pc.not_equal(content, 0)).as_py():
+        return _piece_per_file(plan, m, rows, deletes)
+    spec = plan.specs[m.spec_id]
+    json_type = spec.partition_type(plan.schema)
+    groups = _PartitionGroups.of(m, rows)
+    frags: list[Any] = [
+        _text(f'{{"data-file":{{"spec-id":{m.spec_id},"content":"data","file-path":'),
+        _json_strings(pc.take(m.column("file_path"), rows)),
+        _text(',"file-format":'),
+        _by_value(pc.take(m.column("file_format"), rows), lambda v: json.dumps(v)),
+        _text(',"partition":['),
+    ]
+    for pos, field in enumerate(json_type.fields):
+        if pos:
+            frags.append(_text(","))
+        frags.append(_partition_json(m, pos, rows, field.field_type, groups))
+    frags += [
+        _text('],"file-size-in-bytes":'),
+        pc.cast(pc.take(m.column("file_size_in_bytes"), rows), pa.string()),
+        _text(',"record-count":'),
+        pc.cast(pc.take(m.column("record_count"), rows), pa.string()),
+        _optional(',"key-metadata":', _hex(pc.take(m.column("key_metadata"), rows))),
+        _optional(',"split-offsets":', _int_lists(pc.take(m.column("split_offsets"), rows))),
+        _optional(
+            ',"sort-order-id":', pc.cast(pc.take(m.column("sort_order_id"), rows), pa.string())
+        ),
+        _optional(
+            ',"first-row-id":', pc.cast(pc.take(m.column("first_row_id"), rows), pa.string())
+        ),
+        _text("}"),
+        _residuals(plan, m, groups),
+        _delete_refs(plan, m, rows, groups, deletes),
+        _text("},"),
+    ]
+    joined = pc.binary_join_element_wise(
+        *[f for f in frags if f is not None], "", null_handling="replace", null_replacement=""
+    )
+    if isinstance(joined, pa.Scalar):  # every fragment was a scalar (cannot happen for n>0)
+        return (joined.as_py() or "").encode("utf-8") * n
+    return _string_bytes(joined)
+
+
+def _piece_per_file(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) -> bytes:
+    """The reference path for rows the column writer does not handle (never expected for a
+    data manifest, kept so an odd manifest is still answered right)."""
+    decoded = m.rows(rows, with_metrics=plan.deletes.has_equality_deletes())
+    residual = plan.residual_evaluator(m.spec_id)
+    out = []
+    for f, seq in zip(decoded.data_files, decoded.data_sequence_numbers):
+        entry: dict[str, Any] = {"data-file": content_file_json(f, plan, frozenset())}
+        r = residual.residual_for(f.partition)
+        if not same_filter(r, plan.row_filter):
+            entry["residual-filter"] = expression_to_json(r, legacy=True)
+        refs = deletes.refs(plan.deletes.for_data_file(f, seq))
+        if refs:
+            entry["delete-file-references"] = refs
+        out.append(json.dumps(entry, separators=(",", ":")) + ",")
+    return "".join(out).encode("utf-8")
+
+
+def _string_bytes(array: Any) -> bytes:
+    """The concatenated UTF-8 bytes of a string array without nulls (one copy)."""
+    _, offsets_buffer, data = array.buffers()
+    if data is None or len(array) == 0:
+        return b""
+    offsets = pa.Array.from_buffers(
+        pa.int32(), len(array) + 1, [None, offsets_buffer], 0, array.offset
+    )
+    first, last = offsets[0].as_py(), offsets[len(array)].as_py()
+    return data.slice(first, last - first).to_pybytes()
+
+
+def _json_strings(array: Any) -> Any:
+    """Strings as JSON string literals (null stays null)."""
+    needs = pc.match_substring_regex(array, _NEEDS_ESCAPE)
+    quoted = pc.binary_join_element_wise(_text('"'), array, _text('"'), "")
+    if not pc.any(needs).as_py():
+        return quoted
+    values = array.to_pylist()
+    escaped = [
+        json.dumps(v, ensure_ascii=False) if v is not None and _NEEDS_ESCAPE_RE.search(v) else None
+        for v in values
+    ]
+    return pc.if_else(pc.fill_null(needs, False), pa.array(escaped, pa.string()), quoted)
+
+
+def _by_value(array: Any, text: Callable[[Any], str]) -> Any:
+    """``text(value)`` of each value, computed once per distinct value (null stays null)."""
+    encoded = array if pa.types.is_dictionary(array.type) else array.dictionary_encode()
+    texts = pa.array([text(v) for v in encoded.dictionary.to_pylist()], pa.string())
+    return pc.take(texts, encoded.indices)
+
+
+def _optional(prefix: str, values: Any) -> Any | None:
+    """``prefix`` + value where a value is present, null (then omitted) where it is not."""
+    if values.null_count == len(values):
+        return None
+    return pc.binary_join_element_wise(_text(prefix), values, "")
+
+
+def _hex(array: Any) -> Any:
+    if array.null_count == len(array):
+        return array.cast(pa.string())
+    return pa.array(
+        [None if v is None else json.dumps(v.hex().upper()) for v in array.to_pylist()],
+        pa.string(),
+    )
+
+
+def _int_lists(array: Any) -> Any:
+    """``list<int>`` values as JSON arrays (null stays null)."""
+    if array.null_count == len(array):
+        return pa.nulls(len(array), pa.string())
+    inner = pc.binary_join(array.cast(pa.list_(pa.string())), ",")
+    return pc.binary_join_element_wise(_text("["), inner, _text("]"), "")
+
+
+# ---------------------------------------------------------------------------------------------
+# Partitions: values, residuals, deletes
+# ---------------------------------------------------------------------------------------------
+
+
+class _PartitionGroups:
+    """The distinct partition tuples of some rows, and each row's group (an int64 array).
+
+    Each partition column is dictionary-encoded (Arrow tells -0.0 from 0.0 and keeps NaN
+    one value, as the spec's partition equality does); the per-field indices pack into one
+    key per row, whose distinct values are the groups.
+    """
+
+    def __init__(self, tuples: list[tuple[Any, ...]], index: Any) -> None:
+        self.tuples = tuples
+        self.index = index
+
+    @classmethod
+    def of(cls, m: CachedManifest, rows: Any) -> _PartitionGroups:
+        fields = m.partition_type.fields
+        n = len(rows)
+        if not fields:
+            return cls([()], pa.repeat(pa.scalar(0, pa.int64()), n))
+        columns = [m.partition_column(pos) for pos in range(len(fields))]
+        encoded = []
+        stride = 1
+        key = None
+        for f, column in zip(fields, columns):
+            if column is None:
+                return cls._per_row(m, rows)
+            enc = pc.take(column, rows).dictionary_encode()
+            size = len(enc.dictionary) + 1  # the last index is null
+            indices = pc.fill_null(enc.indices.cast(pa.int64()), size - 1)
+            part = pc.multiply(indices, stride) if stride > 1 else indices
+            key = part if key is None else pc.add(key, part)
+            encoded.append((arrow_to_values(f.field_type, enc.dictionary), size, stride))
+            stride *= size
+            if stride > _MAX_KEY:
+                return cls._per_row(m, rows)
+        distinct = pc.unique(key)
+        index = pc.index_in(key, value_set=distinct)
+        tuples = []
+        for k in distinct.to_pylist():
+            values = []
+            for dictionary, size, step in encoded:
+                i = (k // step) % size
+                values.append(None if i == size - 1 else dictionary[i])
+            tuples.append(tuple(values))
+        return cls(tuples, index.cast(pa.int64()))
+
+    @classmethod
+    def _per_row(cls, m: CachedManifest, rows: Any) -> _PartitionGroups:
+        """Groups from Python tuples (partition values Arrow does not hold, many fields)."""
+        from icefloe.delete_index import partition_key
+
+        all_tuples = m.partition_tuples()
+        seen: dict[tuple[Any, ...], int] = {}
+        tuples: list[tuple[Any, ...]] = []
+        index = []
+        for i in rows.to_pylist():
+            t = all_tuples[i]
+            k = partition_key(t)
+            g = seen.get(k)
+            if g is None:
+                g = seen[k] = len(tuples)
+                tuples.append(t)
+            index.append(g)
+        return cls(tuples, pa.array(index, pa.int64()))
+
+    def spread(self, texts: list[str | None]) -> Any:
+        """One text per group as one per row."""
+        return pc.take(pa.array(texts, pa.string()), self.index)
+
+
+def _partition_json(
+    m: CachedManifest, pos: int, rows: Any, t: IcebergType, groups: _PartitionGroups
+) -> Any:
+    column = m.partition_column(pos)
+    if column is None:
+        return groups.spread([json.dumps(value_json(t, g[pos])) for g in groups.tuples])
+    writer_type = m.partition_type.fields[pos].field_type
+    encoded = pc.take(column, rows).dictionary_encode()
+    values = arrow_to_values(writer_type, encoded.dictionary)
+    texts = pa.array([json.dumps(value_json(t, v)) for v in values], pa.string())
+    return pc.fill_null(pc.take(texts, encoded.indices), "null")
+
+
+def _residuals(plan: ScanPlan, m: CachedManifest, groups: _PartitionGroups) -> Any | None:
+    """``,"residual-filter":…`` per row where the residual is not the request's filter."""
+    evaluator = plan.residual_evaluator(m.spec_id)
+    seen: dict[int, str | None] = {}
+    texts: list[str | None] = []
+    for t in groups.tuples:
+        residual: BooleanExpression = evaluator.residual_for(t)
+        key = id(residual)
+        if key not in seen:
+            seen[key] = (
+                None
+                if same_filter(residual, plan.row_filter)
+                else ',"residual-filter":'
+                + json.dumps(expression_to_json(residual, legacy=True), separators=(",", ":"))
+            )
+        texts.append(seen[key])
+    if all(t is None for t in texts):
+        return None
+    return groups.spread(texts)
+
+
+def _delete_refs(
+    plan: ScanPlan,
+    m: CachedManifest,
+    rows: Any,
+    groups: _PartitionGroups,
+    deletes: _DeleteFiles,
+) -> Any | None:
+    """``,"delete-file-references":[…]`` per row that has deletes to apply."""
+    index = plan.deletes
+    if not len(index):
+        return None
+    n = len(rows)
+    candidates = pa.repeat(pa.scalar(False), n)
+    paths = index.referenced_paths()
+    if paths:
+        named = pc.is_in(pc.take(m.column("file_path"), rows), value_set=pa.array(sorted(paths)))
+        candidates = pc.or_(candidates, pc.fill_null(named, False))
+    scoped = [index.scopes_partition(m.spec_id, t) for t in groups.tuples]
+    if any(scoped):
+        candidates = pc.or_(candidates, pc.take(pa.array(scoped, pa.bool_()), groups.index))
+    newest_global = index.max_global_sequence()
+    if newest_global is not None:
+        seqs = pc.fill_null(pc.take(m.column("data_sequence_number"), rows), 0)
+        candidates = pc.or_(candidates, pc.less(seqs, newest_global))
+    chosen = pc.indices_nonzero(candidates)
+    if not len(chosen):
+        return None
+    decoded = m.rows(pc.take(rows, chosen), with_metrics=index.has_equality_deletes())
+    texts: list[str | None] = [None] * n
+    for i, f, seq in zip(
+        chosen.to_pylist(), decoded.data_files, decoded.data_sequence_numbers, strict=True
+    ):
+        refs = deletes.refs(index.for_data_file(f, seq))
+        if refs:
+            texts[i] = ',"delete-file-references":[' + ",".join(map(str, refs)) + "]"
+    return pa.array(texts, pa.string())
+
+
+__all__ = [
+    "content_file_json",
+    "same_filter",
+    "scan_tasks_bytes",
+    "scan_tasks_json",
+    "scan_tasks_members",
+]

@@ -1,0 +1,248 @@
+"""The column writer of ``file-scan-tasks`` JSON gives the same JSON as the per-file reference.
+
+Tables are committed through a real file-system catalog (data and delete files are
+described, not written: planning reads only metadata), and exercise what the column writer
+must get right: partition values of every kind (double with -0.0, 0.0, NaN and null;
+strings that need escaping; dates), two partition specs, key metadata, split offsets and
+sort order ids present or absent, v3 first row ids, position deletes scoped by partition or
+by file, equality deletes global and by partition, and v3 deletion vectors sharing one Puffin
+file. Every page of every plan, for several filters and page sizes, must equal the reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from icefloe.catalog import Table
+from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.datafile import DataFile, DataFileContent
+from icefloe.delete_index import DELETE_FILE_PATH_ID
+from icefloe.expression_json import parse_expression
+from icefloe.fileio import LocalFileIO
+from icefloe.manifest_cache import ManifestCache
+from icefloe.metadata_builder import LAST_ADDED, MetadataBuilder
+from icefloe.partition import PartitionSpecBuilder
+from icefloe.scan import ScanPlan, plan_scan
+from icefloe.scan_json import scan_tasks_bytes, scan_tasks_json
+from icefloe.schema import Schema
+from icefloe.snapshot_producer import fast_append, row_delta
+from icefloe.types import DateType, DoubleType, LongType, NestedField, StringType
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "amount", DoubleType()),
+    NestedField(3, "name", StringType()),
+    NestedField(4, "day", DateType()),
+)
+AMOUNTS = [-0.0, 0.0, float("nan"), None, 1.5, -2.25]
+NAMES = ['plain', 'quote"d', "back\\slash", "new\nline", "été", None]
+
+
+def _canonical(value: Any) -> str:
+    """JSON text that tells -0.0 from 0.0 and takes NaN as equal to NaN."""
+    return json.dumps(value, sort_keys=True)
+
+
+def _data(location: str, i: int, spec_id: int, partition: tuple[Any, ...]) -> DataFile:
+    name = NAMES[i % len(NAMES)] or "none"
+    return DataFile(
+        file_path=f"{location}/data/{name}/{i:04d}.parquet",
+        file_format="parquet",
+        partition=partition,
+        record_count=10 + i,
+        file_size_in_bytes=1000 + i,
+        spec_id=spec_id,
+        value_counts={1: 10 + i, 2: 10 + i},
+        null_value_counts={1: 0, 2: i % 3},
+        lower_bounds={1: (i * 100).to_bytes(8, "little", signed=True)},
+        upper_bounds={1: (i * 100 + 99).to_bytes(8, "little", signed=True)},
+        key_metadata=bytes([i, 255]) if i % 4 == 0 else None,
+        split_offsets=[4, 100 + i] if i % 3 == 0 else None,
+        sort_order_id=0 if i % 2 == 0 else None,
+    )
+
+
+async def _v2_table(warehouse: Path) -> Table:
+    """Unpartitioned first (a global equality delete), then partitioned by amount and name."""
+    catalog = FileSystemCatalog("json", str(warehouse), LocalFileIO())
+    await catalog.create_namespace("db")
+    table = await catalog.create_table("db.v2", SCHEMA)
+    loc = table.location
+    first = [_data(loc, i, 0, ()) for i in range(6)]
+    table = await fast_append(table, first).commit()
+    global_eq = DataFile(
+        f"{loc}/data/eq-global.parquet",
+        "parquet",
+        (),
+        3,
+        10,
+        content=DataFileContent.EQUALITY_DELETES,
+        equality_ids=[1],
+        lower_bounds={1: (0).to_bytes(8, "little", signed=True)},
+        upper_bounds={1: (250).to_bytes(8, "little", signed=True)},
+    )
+    table = await row_delta(table, [], [global_eq]).commit()
+    spec = (
+        PartitionSpecBuilder(
+            SCHEMA,
+            spec_id=1,
+            last_partition_id=table.metadata.last_partition_id,
+            previous_specs=table.metadata.partition_specs,
+        )
+        .add_field("amount", "identity")
+        .add_field("name", "identity")
+        .add_field("day", "identity")
+        .build()
+    )
+    metadata = (
+        MetadataBuilder(table.metadata)
+        .add_partition_spec(spec)
+        .set_default_spec(LAST_ADDED)
+        .build(table.metadata_location)
+    )
+    table = await catalog.commit(table, metadata)
+    second = [
+        _data(loc, i, 1, (AMOUNTS[i % 6], NAMES[(i // 2) % 6], None if i % 5 == 0 else 19_000 + i))
+        for i in range(6, 40)
+    ]
+    table = await fast_append(table, second).commit()
+    target = second[3]
+    by_file = DataFile(
+        f"{loc}/data/pos-by-file.parquet",
+        "parquet",
+        target.partition,
+        2,
+        10,
+        content=DataFileContent.POSITION_DELETES,
+        spec_id=1,
+        referenced_data_file=target.file_path,
+        lower_bounds={DELETE_FILE_PATH_ID: target.file_path.encode()},
+        upper_bounds={DELETE_FILE_PATH_ID: target.file_path.encode()},
+    )
+    by_partition = DataFile(
+        f"{loc}/data/pos-partition.parquet",
+        "parquet",
+        second[7].partition,
+        2,
+        10,
+        content=DataFileContent.POSITION_DELETES,
+        spec_id=1,
+    )
+    partition_eq = DataFile(
+        f"{loc}/data/eq-partition.parquet",
+        "parquet",
+        second[0].partition,
+        2,
+        10,
+        content=DataFileContent.EQUALITY_DELETES,
+        spec_id=1,
+        equality_ids=[1],
+    )
+    table = await row_delta(table, [], [by_file, by_partition, partition_eq]).commit()
+    later = [_data(loc, i, 1, (AMOUNTS[i % 6], NAMES[i % 6], 19_000)) for i in range(40, 46)]
+    return await fast_append(table, later).commit()
+
+
+async def _v3_table(warehouse: Path) -> Table:
+    """v3: first row ids, and deletion vectors of several data files in one Puffin file."""
+    catalog = FileSystemCatalog("json3", str(warehouse), LocalFileIO())
+    await catalog.create_namespace("db")
+    spec = PartitionSpecBuilder(SCHEMA).add_field("name", "identity").build()
+    table = await catalog.create_table("db.v3", SCHEMA, spec, format_version=3)
+    loc = table.location
+    files = [_data(loc, i, 0, (NAMES[i % 6],)) for i in range(12)]
+    table = await fast_append(table, files).commit()
+    dvs = [
+        DataFile(
+            f"{loc}/data/dvs.puffin",
+            "puffin",
+            f.partition,
+            1,
+            500,
+            content=DataFileContent.POSITION_DELETES,
+            spec_id=0,
+            referenced_data_file=f.file_path,
+            content_offset=4 + 40 * k,
+            content_size_in_bytes=40,
+        )
+        for k, f in enumerate(files[::3])
+    ]
+    return await row_delta(table, [], dvs).commit()
+
+
+@pytest.fixture(scope="module")
+def tables(tmp_path_factory: pytest.TempPathFactory) -> list[Table]:
+    root = tmp_path_factory.mktemp("scan-json")
+
+    async def build() -> list[Table]:
+        return [await _v2_table(root / "v2"), await _v3_table(root / "v3")]
+
+    return asyncio.run(build())
+
+
+def _plan(table: Table, expr: dict[str, Any] | None, **kwargs: Any) -> ScanPlan:
+    async def run() -> ScanPlan:
+        row_filter = None if expr is None else parse_expression(expr)
+        return await plan_scan(
+            table.metadata, ManifestCache(table.io), row_filter=row_filter, **kwargs
+        )
+
+    return asyncio.run(run())
+
+
+FILTERS: list[dict[str, Any] | None] = [
+    None,
+    {"type": "eq", "term": "amount", "value": 0.0},
+    {"type": "not-eq", "term": "amount", "value": -0.0},
+    {"type": "is-nan", "term": "amount"},
+    {"type": "starts-with", "term": "name", "value": "b"},
+    {
+        "type": "or",
+        "left": {"type": "lt", "term": "id", "value": 1500},
+        "right": {"type": "is-null", "term": "name"},
+    },
+    {"type": "gt-eq", "term": "day", "value": "2022-01-10"},
+]
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["v2", "v3"])
+@pytest.mark.parametrize("expr", FILTERS, ids=lambda e: "none" if e is None else e["type"])
+def test_every_page_matches_the_per_file_reference(
+    tables: list[Table], which: int, expr: dict[str, Any] | None
+) -> None:
+    p = _plan(tables[which], expr)
+    for size in (1, 4, 7, 1000):
+        for start in range(0, max(1, len(p)), size):
+            ours = json.loads(scan_tasks_bytes(p, start, start + size))
+            reference = scan_tasks_json(p, start, start + size)
+            assert _canonical(ours) == _canonical(reference), (size, start)
+
+
+def test_the_tables_exercise_what_they_claim(tables: list[Table]) -> None:
+    v2 = scan_tasks_json(_plan(tables[0], None), 0, 1000)
+    tasks = v2["file-scan-tasks"]
+    kinds = {d["content"] for d in v2["delete-files"]}
+    assert kinds == {"position-deletes", "equality-deletes"}
+    assert any("delete-file-references" in t for t in tasks)
+    assert any("delete-file-references" not in t for t in tasks)
+    assert {t["data-file"]["spec-id"] for t in tasks} == {0, 1}
+    partitions = [t["data-file"]["partition"] for t in tasks if t["data-file"]["spec-id"] == 1]
+    assert {_canonical(p[0]) for p in partitions} >= {"-0.0", "0.0", "NaN", "null"}
+    assert any("key-metadata" in t["data-file"] for t in tasks)
+    v3 = scan_tasks_json(_plan(tables[1], None), 0, 1000)
+    assert len(v3["delete-files"]) == 4  # four DVs in one Puffin file, told apart by offset
+    assert all("first-row-id" in t["data-file"] for t in v3["file-scan-tasks"])
+    filtered = scan_tasks_json(_plan(tables[0], FILTERS[5]), 0, 1000)
+    assert any("residual-filter" in t for t in filtered["file-scan-tasks"])
+
+
+def test_stats_fields_are_written_by_the_reference(tables: list[Table]) -> None:
+    p = _plan(tables[0], None, stats_fields=["id"])
+    ours = json.loads(scan_tasks_bytes(p, 0, 1000))
+    assert _canonical(ours) == _canonical(scan_tasks_json(p, 0, 1000))
+    assert all("value-counts" in t["data-file"] for t in ours["file-scan-tasks"])
