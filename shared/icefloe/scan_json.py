@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import weakref
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -32,7 +35,7 @@ from icefloe.cached_manifest import CachedManifest
 from icefloe.content_file import content_file_to_json, value_json
 from icefloe.datafile import DataFile
 from icefloe.expression_json import expression_to_json
-from icefloe.expressions import BooleanExpression
+from icefloe.expressions import AlwaysTrue, BooleanExpression
 from icefloe.manifest_list import ManifestContent
 from icefloe.scan_plan import ScanPlan
 from icefloe.types import IcebergType
@@ -165,52 +168,129 @@ def _text(value: str) -> Any:
     return pa.scalar(value, pa.string())
 
 
+class _Rows:
+    """Some rows of a manifest: columns cut by a slice when the rows are contiguous (as a
+    plan's always are: compact copies are read in order), by ``take`` otherwise."""
+
+    def __init__(self, m: CachedManifest, rows: Any) -> None:
+        self.m = m
+        self.rows = rows
+        n = len(rows)
+        first = rows[0].as_py() if n else 0
+        self.first = first if n and rows[n - 1].as_py() == first + n - 1 else None
+
+    def cut(self, array: Any) -> Any:
+        if self.first is not None:
+            return array.slice(self.first, len(self.rows))
+        return pc.take(array, self.rows)
+
+    def column(self, name: str) -> Any:
+        return self.cut(self.m.column(name))
+
+
 def _piece(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) -> bytes:
     """The task texts (each followed by a comma) of rows ``rows`` of manifest ``m``."""
     n = len(rows)
     if n == 0:
         return b""
-    content = pc.take(m.column("content"), rows)
-    if m.content != ManifestContent.DATA or pc.any(pc.not_equal(content, 0)).as_py():
+    cut = _Rows(m, rows)
+    if m.content != ManifestContent.DATA or pc.any(pc.not_equal(cut.column("content"), 0)).as_py():
         return _piece_per_file(plan, m, rows, deletes)
+    closed = not len(plan.deletes)  # no delete references: the texts end the task
+    head = _HEADS.get(plan, m, cut, closed)
+    if closed:
+        return _string_bytes(head)
+    refs = _delete_refs(plan, m, cut, _LazyGroups(m, cut), deletes)
+    if refs is None:
+        joined = pc.binary_join_element_wise(head, _text("},"), "")
+    else:
+        joined = pc.binary_join_element_wise(
+            head, refs, _text("},"), "", null_handling="replace", null_replacement=""
+        )
+    return _string_bytes(joined)
+
+
+def _head(plan: ScanPlan, m: CachedManifest, cut: _Rows, closed: bool) -> Any:
+    """Task texts up to the residual filter (and the task's end when ``closed``)."""
     spec = plan.specs[m.spec_id]
     json_type = spec.partition_type(plan.schema)
-    groups = _PartitionGroups.of(m, rows)
+    groups = _LazyGroups(m, cut)
     frags: list[Any] = [
         _text(f'{{"data-file":{{"spec-id":{m.spec_id},"content":"data","file-path":'),
-        _json_strings(pc.take(m.column("file_path"), rows)),
+        _json_strings(cut.column("file_path")),
         _text(',"file-format":'),
-        _by_value(pc.take(m.column("file_format"), rows), lambda v: json.dumps(v)),
+        _by_value(cut.column("file_format"), lambda v: json.dumps(v)),
         _text(',"partition":['),
     ]
     for pos, field in enumerate(json_type.fields):
         if pos:
             frags.append(_text(","))
-        frags.append(_partition_json(m, pos, rows, field.field_type, groups))
+        frags.append(_partition_json(m, pos, cut, field.field_type, groups))
     frags += [
         _text('],"file-size-in-bytes":'),
-        pc.cast(pc.take(m.column("file_size_in_bytes"), rows), pa.string()),
+        pc.cast(cut.column("file_size_in_bytes"), pa.string()),
         _text(',"record-count":'),
-        pc.cast(pc.take(m.column("record_count"), rows), pa.string()),
-        _optional(',"key-metadata":', _hex(pc.take(m.column("key_metadata"), rows))),
-        _optional(',"split-offsets":', _int_lists(pc.take(m.column("split_offsets"), rows))),
-        _optional(
-            ',"sort-order-id":', pc.cast(pc.take(m.column("sort_order_id"), rows), pa.string())
-        ),
-        _optional(
-            ',"first-row-id":', pc.cast(pc.take(m.column("first_row_id"), rows), pa.string())
-        ),
+        pc.cast(cut.column("record_count"), pa.string()),
+        _optional(',"key-metadata":', _hex, cut.column("key_metadata")),
+        _optional(',"split-offsets":', _int_lists, cut.column("split_offsets")),
+        _optional(',"sort-order-id":', _numbers, cut.column("sort_order_id")),
+        _optional(',"first-row-id":', _numbers, cut.column("first_row_id")),
         _text("}"),
         _residuals(plan, m, groups),
-        _delete_refs(plan, m, rows, groups, deletes),
-        _text("},"),
+        _text("}," if closed else ""),
     ]
-    joined = pc.binary_join_element_wise(
+    return pc.binary_join_element_wise(
         *[f for f in frags if f is not None], "", null_handling="replace", null_replacement=""
     )
-    if isinstance(joined, pa.Scalar):  # every fragment was a scalar (cannot happen for n>0)
-        return (joined.as_py() or "").encode("utf-8") * n
-    return _string_bytes(joined)
+
+
+class _HeadCache:
+    """The task texts of the manifest a plan is being paged through, made once for the whole
+    manifest and sliced per page: a kernel call costs the same for 1,000 rows as for 5,000,
+    so writing a manifest's rows in one go and serving its pages from that is several times
+    cheaper. Bounded by ``max_bytes`` (least recently used first) and dropped when its last
+    page is served; plans and manifests are held weakly, so a dropped plan frees its entry.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[int, int], tuple[Any, Any, Any]] = OrderedDict()
+        self._bytes = 0
+
+    def get(self, plan: ScanPlan, m: CachedManifest, cut: _Rows, closed: bool) -> Any:
+        start = cut.first
+        if start is None or len(cut.rows) == m.num_rows:
+            return _head(plan, m, cut, closed)
+        key = (id(plan), id(m))
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and (entry[0]() is not plan or entry[1]() is not m):
+                self._drop(key)
+                entry = None
+        if entry is None:
+            texts = _head(plan, m, _Rows(m, m.row_numbers()), closed)
+            entry = (weakref.ref(plan), weakref.ref(m), texts)
+            with self._lock:
+                if key not in self._entries:
+                    self._entries[key] = entry
+                    self._bytes += int(texts.nbytes)
+                    while self._bytes > self.max_bytes and self._entries:
+                        self._drop(next(iter(self._entries)))
+        texts = entry[2]
+        if start + len(cut.rows) >= m.num_rows:
+            with self._lock:
+                self._drop(key)  # the manifest's last page
+        return texts.slice(start, len(cut.rows))
+
+    def _drop(self, key: tuple[int, int]) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            self._bytes -= int(entry[2].nbytes)
+
+
+HEAD_CACHE_MAX_BYTES = 32 << 20
+_HEADS = _HeadCache(HEAD_CACHE_MAX_BYTES)
 
 
 def _piece_per_file(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) -> bytes:
@@ -264,11 +344,16 @@ def _by_value(array: Any, text: Callable[[Any], str]) -> Any:
     return pc.take(texts, encoded.indices)
 
 
-def _optional(prefix: str, values: Any) -> Any | None:
-    """``prefix`` + value where a value is present, null (then omitted) where it is not."""
+def _optional(prefix: str, text: Callable[[Any], Any], values: Any) -> Any | None:
+    """``prefix`` + ``text(values)`` where a value is present, null (then omitted) where it
+    is not; None when no value is present."""
     if values.null_count == len(values):
         return None
-    return pc.binary_join_element_wise(_text(prefix), values, "")
+    return pc.binary_join_element_wise(_text(prefix), text(values), "")
+
+
+def _numbers(array: Any) -> Any:
+    return pc.cast(array, pa.string())
 
 
 def _hex(array: Any) -> Any:
@@ -306,8 +391,9 @@ class _PartitionGroups:
         self.index = index
 
     @classmethod
-    def of(cls, m: CachedManifest, rows: Any) -> _PartitionGroups:
+    def of(cls, m: CachedManifest, cut: _Rows) -> _PartitionGroups:
         fields = m.partition_type.fields
+        rows = cut.rows
         n = len(rows)
         if not fields:
             return cls([()], pa.repeat(pa.scalar(0, pa.int64()), n))
@@ -318,7 +404,7 @@ class _PartitionGroups:
         for f, column in zip(fields, columns):
             if column is None:
                 return cls._per_row(m, rows)
-            enc = pc.take(column, rows).dictionary_encode()
+            enc = cut.cut(column).dictionary_encode()
             size = len(enc.dictionary) + 1  # the last index is null
             indices = pc.fill_null(enc.indices.cast(pa.int64()), size - 1)
             part = pc.multiply(indices, stride) if stride > 1 else indices
@@ -362,22 +448,41 @@ class _PartitionGroups:
         return pc.take(pa.array(texts, pa.string()), self.index)
 
 
+class _LazyGroups:
+    """:class:`_PartitionGroups` computed on first use (a full scan without deletes needs
+    none: its residual is the request's filter everywhere)."""
+
+    def __init__(self, m: CachedManifest, cut: _Rows) -> None:
+        self.m = m
+        self.cut = cut
+        self._groups: _PartitionGroups | None = None
+
+    def get(self) -> _PartitionGroups:
+        if self._groups is None:
+            self._groups = _PartitionGroups.of(self.m, self.cut)
+        return self._groups
+
+
 def _partition_json(
-    m: CachedManifest, pos: int, rows: Any, t: IcebergType, groups: _PartitionGroups
+    m: CachedManifest, pos: int, cut: _Rows, t: IcebergType, groups: _LazyGroups
 ) -> Any:
     column = m.partition_column(pos)
     if column is None:
-        return groups.spread([json.dumps(value_json(t, g[pos])) for g in groups.tuples])
+        g = groups.get()
+        return g.spread([json.dumps(value_json(t, p[pos])) for p in g.tuples])
     writer_type = m.partition_type.fields[pos].field_type
-    encoded = pc.take(column, rows).dictionary_encode()
+    encoded = cut.cut(column).dictionary_encode()
     values = arrow_to_values(writer_type, encoded.dictionary)
     texts = pa.array([json.dumps(value_json(t, v)) for v in values], pa.string())
     return pc.fill_null(pc.take(texts, encoded.indices), "null")
 
 
-def _residuals(plan: ScanPlan, m: CachedManifest, groups: _PartitionGroups) -> Any | None:
+def _residuals(plan: ScanPlan, m: CachedManifest, lazy: _LazyGroups) -> Any | None:
     """``,"residual-filter":…`` per row where the residual is not the request's filter."""
+    if isinstance(plan.row_filter, AlwaysTrue):
+        return None  # every residual is "true", the request's filter
     evaluator = plan.residual_evaluator(m.spec_id)
+    groups = lazy.get()
     seen: dict[int, str | None] = {}
     texts: list[str | None] = []
     for t in groups.tuples:
@@ -399,26 +504,28 @@ def _residuals(plan: ScanPlan, m: CachedManifest, groups: _PartitionGroups) -> A
 def _delete_refs(
     plan: ScanPlan,
     m: CachedManifest,
-    rows: Any,
-    groups: _PartitionGroups,
+    cut: _Rows,
+    lazy: _LazyGroups,
     deletes: _DeleteFiles,
 ) -> Any | None:
     """``,"delete-file-references":[…]`` per row that has deletes to apply."""
     index = plan.deletes
     if not len(index):
         return None
+    rows = cut.rows
     n = len(rows)
     candidates = pa.repeat(pa.scalar(False), n)
     paths = index.referenced_paths()
     if paths:
-        named = pc.is_in(pc.take(m.column("file_path"), rows), value_set=pa.array(sorted(paths)))
+        named = pc.is_in(cut.column("file_path"), value_set=pa.array(sorted(paths)))
         candidates = pc.or_(candidates, pc.fill_null(named, False))
+    groups = lazy.get()
     scoped = [index.scopes_partition(m.spec_id, t) for t in groups.tuples]
     if any(scoped):
         candidates = pc.or_(candidates, pc.take(pa.array(scoped, pa.bool_()), groups.index))
     newest_global = index.max_global_sequence()
     if newest_global is not None:
-        seqs = pc.fill_null(pc.take(m.column("data_sequence_number"), rows), 0)
+        seqs = pc.fill_null(cut.column("data_sequence_number"), 0)
         candidates = pc.or_(candidates, pc.less(seqs, newest_global))
     chosen = pc.indices_nonzero(candidates)
     if not len(chosen):
