@@ -56,8 +56,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from icefloe.catalog import Catalog, Namespace, TableIdentifier
-from icefloe.content_file import content_file_to_json
-from icefloe.datafile import DataFile
 from icefloe.errors import (
     FileIOError,
     IcefloeError,
@@ -65,7 +63,7 @@ from icefloe.errors import (
     NotFoundError,
     ValidationError,
 )
-from icefloe.expression_json import expression_to_json, parse_expression
+from icefloe.expression_json import parse_expression
 from icefloe.manifest_cache import ManifestCache
 from icefloe.manifest_store import ManifestStore
 from icefloe.metadata import TableMetadata
@@ -81,6 +79,7 @@ from icefloe.plan_tokens import (
 from icefloe.planner_config import PlannerConfig
 from icefloe.rest_catalog_config import RestCatalogSettings
 from icefloe.scan import ScanPlan, plan_scan
+from icefloe.scan_json import scan_tasks_members
 from icefloe.service_http import ServiceHttp
 from icefloe.table_refresher import ResultsConsumer, TableRefresher, TableState
 
@@ -225,66 +224,8 @@ def _table_identifier(request: web.Request) -> TableIdentifier:
 # ---------------------------------------------------------------------------------------------
 
 
-def content_file_json(f: DataFile, plan: ScanPlan, stats: frozenset[int]) -> dict[str, Any]:
-    """A data or delete file in REST form, with column stats only for ``stats`` (ids)."""
-    out = content_file_to_json(f, plan.specs[f.spec_id], plan.schema, set(stats))
-    for key in (
-        "column-sizes",
-        "value-counts",
-        "null-value-counts",
-        "nan-value-counts",
-        "lower-bounds",
-        "upper-bounds",
-    ):
-        value = out.get(key)
-        if value is not None and not value["keys"]:
-            del out[key]
-    return out
-
-
-def scan_tasks_json(plan: ScanPlan, start: int, stop: int) -> dict[str, Any]:
-    """The ``ScanTasks`` object of tasks ``start``..``stop``, with their delete files."""
-    tasks = plan.tasks(start, stop, with_metrics=bool(plan.stats_field_ids))
-    delete_files: list[dict[str, Any]] = []
-    delete_index: dict[str, int] = {}
-    file_tasks = []
-    residuals: dict[Any, Any] = {}
-    no_stats: frozenset[int] = frozenset()
-    for task in tasks:
-        refs = []
-        for d in task.delete_files:
-            index = delete_index.get(d.file_path)
-            if index is None:
-                index = delete_index[d.file_path] = len(delete_files)
-                delete_files.append(content_file_json(d, plan, no_stats))
-            refs.append(index)
-        entry: dict[str, Any] = {
-            "data-file": content_file_json(task.data_file, plan, plan.stats_field_ids),
-        }
-        # The spec lets a task omit its residual when it is the request's filter (the client
-        # then applies that filter): repeating a large filter in every task would multiply
-        # the response by the task count.
-        if not _same_filter(task.residual, plan.row_filter):
-            residual = residuals.get(task.residual)
-            if residual is None:
-                residual = residuals[task.residual] = expression_to_json(task.residual, legacy=True)
-            entry["residual-filter"] = residual
-        if refs:
-            entry["delete-file-references"] = refs
-        file_tasks.append(entry)
-    out: dict[str, Any] = {"file-scan-tasks": file_tasks}
-    if delete_files:
-        out["delete-files"] = delete_files
-    return out
-
-
-def _same_filter(residual: Any, row_filter: Any) -> bool:
-    if residual is row_filter:
-        return True
-    try:
-        return bool(residual == row_filter)
-    except (TypeError, ValueError, RecursionError):
-        return False
+# The file-scan-tasks JSON is written by icefloe.scan_json, column by column from the plan's
+# Arrow rows.
 
 
 def metadata_json(metadata: TableMetadata, snapshots: str) -> dict[str, Any]:
@@ -989,9 +930,7 @@ class PlannerService:
         stored = self.plans.add(
             ident, plan, identity.page_size, plan_id=identity.plan_id, key=identity.key
         )
-        body_out = await self._completed(stored)
-        body_out["plan-id"] = stored.plan_id
-        return await _json_response(body_out)
+        return _json_bytes_response(await self._completed(stored, with_id=True))
 
     async def _make_plan(
         self,
@@ -1039,14 +978,24 @@ class PlannerService:
         self._planned.labels("pruned-by-metrics").inc(counts.by_metrics)
         return plan
 
-    async def _completed(self, stored: StoredPlan) -> dict[str, Any]:
-        async with self._cpu_slots:
-            page = await asyncio.to_thread(scan_tasks_json, stored.plan, 0, stored.page_size)
-        out: dict[str, Any] = {"status": "completed", **page}
+    async def _completed(self, stored: StoredPlan, *, with_id: bool = False) -> bytes:
+        """The completed-plan body: status, the first page's tasks, the other pages' tokens."""
+        page = await self._page(stored.plan, 0, stored.page_size)
+        head: dict[str, Any] = {"status": "completed"}
+        if with_id:
+            head["plan-id"] = stored.plan_id
         tokens = stored.tokens()
         if tokens:
-            out["plan-tasks"] = tokens
-        return out
+            head["plan-tasks"] = tokens
+        return json.dumps(head).encode("utf-8")[:-1] + b"," + page + b"}"
+
+    async def _page(self, plan: ScanPlan, start: int, stop: int) -> bytes:
+        """The members of a ScanTasks object (JSON text), written in a worker thread unless
+        it is a handful of tasks (a thread hop costs more than writing those)."""
+        if min(stop, len(plan)) - start <= 16:
+            return scan_tasks_members(plan, start, stop)
+        async with self._cpu_slots:
+            return await asyncio.to_thread(scan_tasks_members, plan, start, stop)
 
     async def _resolve(
         self, ident: TableIdentifier, plan_id: str, error_type: str, what: str
@@ -1088,8 +1037,7 @@ class PlannerService:
         stored = await self._resolve(
             ident, request.match_info["plan_id"], "NoSuchPlanIdException", "the plan"
         )
-        body_out = await self._completed(stored)
-        return await _json_response(body_out)
+        return _json_bytes_response(await self._completed(stored))
 
     async def _cancel_plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
@@ -1131,12 +1079,9 @@ class PlannerService:
                 f"{stored.pages - 1} besides the first",
             )
         start = page * stored.page_size
-        async with self._cpu_slots:
-            body_out = await asyncio.to_thread(
-                scan_tasks_json, stored.plan, start, start + stored.page_size
-            )
+        body_out = await self._page(stored.plan, start, start + stored.page_size)
         self.plans.page_fetched(stored, page)
-        return await _json_response(body_out)
+        return _json_bytes_response(b"{" + body_out + b"}")
 
 
 def _table_key(ident: TableIdentifier) -> str:
@@ -1176,14 +1121,8 @@ def _parse_plan_request(raw: bytes) -> tuple[PlanRequest, Any]:
     return req, row_filter
 
 
-async def _json_response(body: Any) -> web.Response:
-    """A JSON response, serialized in a worker thread when large (so the loop stays free)."""
-    tasks = body.get("file-scan-tasks") if isinstance(body, dict) else None
-    if tasks is not None and len(tasks) > 50:
-        text = await asyncio.to_thread(json.dumps, body)
-    else:
-        text = json.dumps(body)
-    return web.Response(text=text, content_type="application/json")
+def _json_bytes_response(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
 
 
 def unsupported_operation(request: web.Request, *, head: bool = False) -> web.Response:

@@ -140,7 +140,7 @@ async def scan(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
 
 def task_json(plan: ScanPlan, task: FileScanTask) -> dict[str, Any]:
     """One task in the REST API's JSON form, with its delete files inline."""
-    from icefloe.planner import content_file_json
+    from icefloe.scan_json import content_file_json
 
     return {
         "data-file": content_file_json(task.data_file, plan, plan.stats_field_ids),
