@@ -15,9 +15,11 @@ icefloe is measured **cold** (a new manifest cache for every run: read, decode w
 Avro reader in worker threads, prune), **warm** (the cache the planner service keeps between
 requests) and **restarted** (a new in-memory cache over the persisted on-disk store of
 decoded manifests, memory-mapped: a restarted or new replica); PyIceberg has no cache
-between scans, so its one figure stands beside all three. Each icefloe plan builds its file
-scan tasks (DataFile objects with deletes and residuals) as PyIceberg's does, so the two do
-the same work. **manifest decode** is entries/s of one manifest into the cache's columns
+between scans, so its one figure stands beside all three. Each icefloe figure is the plan
+*and every page of its REST response* (``file-scan-tasks`` with the data file JSON, residuals
+and delete files, 1,000 tasks a page, written by :mod:`icefloe.scan_json`): everything a
+client needs, where PyIceberg's figure stops at its ``FileScanTask`` objects. The file paths
+are read back from that JSON after the clock stops and must equal PyIceberg's. **manifest decode** is entries/s of one manifest into the cache's columns
 beside PyIceberg's manifest reader. Sizes set equal run once (``--set files-small=100000
 --set files-medium=100000`` runs 100k and the large size only).
 
@@ -33,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import io
+import re
 import shutil
 import struct
 import tempfile
@@ -65,6 +68,7 @@ from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
 from icefloe.partition import PartitionSpecBuilder
 from icefloe.scan import plan_scan
+from icefloe.scan_json import scan_tasks_bytes
 from icefloe.schema import Schema
 from icefloe.snapshot import Operation, Snapshot, SnapshotRef, Summary
 from icefloe.sort_order import SortOrder
@@ -262,19 +266,40 @@ class Icefloe:
         """A new, empty in-memory cache over the persisted store: a restarted replica."""
         return ManifestCache(self.io, 8 << 30, store=ManifestStore(self.store_dir, 8 << 30))
 
-    def plan(self, row_filter: BooleanExpression | None, cache: ManifestCache | None) -> list[str]:
+    def plan(self, row_filter: BooleanExpression | None, cache: ManifestCache | None) -> Pages:
+        """Plan, then write every page of the REST response (what a client receives: the
+        file scan tasks with their data file JSON, residuals and delete files), as the
+        planner service does for a plan and its page fetches."""
         chosen = cache or ManifestCache(self.io, 8 << 30)
 
-        async def run() -> list[str]:
+        async def run() -> Pages:
             plan = await plan_scan(
                 self.generated.metadata, chosen, row_filter=row_filter, offload=False
             )
-            return [t.data_file.file_path for t in plan.tasks()]
+            return Pages(
+                [scan_tasks_bytes(plan, start, start + PAGE) for start in range(0, len(plan), PAGE)]
+            )
 
         return self.loop.run_until_complete(run())
 
 
-def _plan_restarted(ours: Icefloe, row_filter: BooleanExpression | None) -> list[str]:
+PAGE = 1000  # the planner's default ICEFLOE_PLANNER_TASKS_PER_PAGE
+_FILE_PATH = re.compile(rb'"data-file":\{"spec-id":\d+,"content":"data","file-path":"([^"]*)"')
+
+
+class Pages(list[bytes]):
+    """The REST pages of one plan (JSON text each)."""
+
+    def paths(self) -> list[str]:
+        """The data file paths of the tasks, read back from the JSON (after the clock)."""
+        out = []
+        for page in self:
+            tasks = _FILE_PATH.findall(page)
+            out += [p.decode("utf-8") for p in tasks]
+        return out
+
+
+def _plan_restarted(ours: Icefloe, row_filter: BooleanExpression | None) -> Pages:
     return ours.plan(row_filter, ours.restarted_cache())
 
 
@@ -301,12 +326,17 @@ def _pyiceberg_filter(expr: dict[str, Any] | None) -> Any:
 
 
 class _Last:
-    def __init__(self, produce: Callable[[], list[str]]) -> None:
+    def __init__(self, produce: Callable[[], Any]) -> None:
         self.produce = produce
-        self.value: list[str] | None = None
+        self.value: Any = None
 
     def run(self) -> None:
         self.value = self.produce()
+
+    def paths(self) -> list[str] | None:
+        if self.value is None:
+            return None
+        return self.value.paths() if isinstance(self.value, Pages) else list(self.value)
 
     def clear(self) -> None:
         self.value = None  # the runner collects the heap before each timed run
@@ -394,8 +424,8 @@ def _size_figures(ctx: BenchContext, generated: Generated, label: str) -> list[F
                         kind=Kind.LATENCY,
                     )
                 )
-            _check(f"{label} {scan_name}", cold.value, warm.value, their_plan)
-            _check(f"{label} {scan_name} restarted", restart.value, warm.value, their_plan)
+            _check(f"{label} {scan_name}", cold.paths(), warm.paths(), their_plan)
+            _check(f"{label} {scan_name} restarted", restart.paths(), warm.paths(), their_plan)
         stats = ours.warm_cache.stats()
         per_entry = stats.bytes / generated.files
         python = _bytes_per_decoded_datafile(generated)
