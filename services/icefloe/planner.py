@@ -285,6 +285,7 @@ class PlanStore:
         self._plans: OrderedDict[str, StoredPlan] = OrderedDict()
         self._bytes = 0
         self._cancelled: OrderedDict[str, float] = OrderedDict()
+        self._next_sweep = float("-inf")
 
     def __len__(self) -> int:
         return len(self._plans)
@@ -330,6 +331,9 @@ class PlanStore:
         stored = self._plans.get(key)
         if stored is None or stored.table != table:
             return None
+        if stored.expires_at <= self.clock():
+            self.sweep(force=True)
+            return None
         return stored
 
     def page_fetched(self, stored: StoredPlan, page: int) -> None:
@@ -356,8 +360,15 @@ class PlanStore:
         until = self._cancelled.get(key)
         return until is not None and until > self.clock()
 
-    def sweep(self) -> None:
+    # Expired plans are looked for at most this often: a sweep walks every held plan, which
+    # per request would cost more than a selective plan itself with thousands held.
+    SWEEP_INTERVAL_S = 1.0
+
+    def sweep(self, *, force: bool = False) -> None:
         now = self.clock()
+        if not force and now < self._next_sweep:
+            return
+        self._next_sweep = now + self.SWEEP_INTERVAL_S
         for key in [k for k, s in self._plans.items() if s.expires_at <= now]:
             self._bytes -= self._plans.pop(key).nbytes
         for key in [k for k, until in self._cancelled.items() if until <= now]:

@@ -399,7 +399,7 @@ async def plan_scan(
     naming an unknown column, conflicting selectors) and :class:`NotFoundError` for an
     unknown snapshot, ref or time. With ``offload`` the CPU-bound work (binding big
     filters, testing summaries, pruning) runs in worker threads, so an event loop calling
-    this stays free.
+    this stays free (small steps run inline, see :data:`OFFLOAD_ROWS`).
     """
     if request is None:
         request = ScanRequest(**options)
@@ -407,7 +407,7 @@ async def plan_scan(
         raise ValidationError(f"plan_scan takes a request or keywords, not both: {sorted(options)}")
     target = _resolve(metadata, request)
     schema = target.schema
-    if offload and request.row_filter is not None:
+    if offload and request.row_filter is not None and not _small(request.row_filter):
         # Binding a filter of a hundred thousand literals takes a while: off the loop.
         prepared = await asyncio.to_thread(_prepare, schema, request)
     else:
@@ -436,7 +436,7 @@ async def plan_scan(
     range_ids = frozenset(s.snapshot_id for s in target.appends) if request.incremental else None
     candidates = await _candidate_manifests(source, target, range_ids)
     metrics.manifests = len(candidates)
-    if offload and (request.row_filter is not None or len(candidates) > 64):
+    if offload and len(candidates) > OFFLOAD_MANIFESTS:
         data, delete = await asyncio.to_thread(_split_manifests, candidates, projections, metrics)
     else:
         data, delete = _split_manifests(candidates, projections, metrics)
@@ -448,9 +448,39 @@ async def plan_scan(
         segments = _prune_data(loaded_data, projections, request, range_ids, metrics.data_files)
         return plan(segments)
 
-    if offload:
+    rows = sum(m.num_rows for m in loaded_data) + sum(m.num_rows for m in loaded_deletes)
+    if offload and rows > OFFLOAD_ROWS:
         return await asyncio.to_thread(prune)
     return prune()
+
+
+# With ``offload``, work runs in a worker thread only when it is large enough to hold the
+# event loop for more than a millisecond or two: below these sizes the thread hop (a context
+# switch and a GIL hand-over each way, about a millisecond on a busy machine) would cost more
+# than the work, and a selective plan's latency is mostly such hops.
+OFFLOAD_MANIFESTS = 64  # manifest-list rows to test against partition summaries
+OFFLOAD_ROWS = 20_000  # manifest entries to prune
+OFFLOAD_FILTER_NODES = 64  # predicates and literals of a filter to bind
+
+
+def _small(expr: BooleanExpression) -> bool:
+    """Whether a filter has at most :data:`OFFLOAD_FILTER_NODES` predicates and literals
+    (counting stops there, so a huge filter costs no more to judge than a small one)."""
+    budget = OFFLOAD_FILTER_NODES
+    stack: list[Any] = [expr]
+    while stack:
+        node = stack.pop()
+        budget -= 1
+        literals = getattr(node, "literals", None)
+        if literals is not None:
+            budget -= len(literals)
+        if budget < 0:
+            return False
+        for child in ("left", "right", "child"):
+            sub = getattr(node, child, None)
+            if sub is not None:
+                stack.append(sub)
+    return True
 
 
 def _has_live_files(m: ManifestFile) -> bool:

@@ -193,6 +193,8 @@ def _piece(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) 
     n = len(rows)
     if n == 0:
         return b""
+    if n < COLUMNS_FROM_ROWS:
+        return _piece_per_file(plan, m, rows, deletes)
     cut = _Rows(m, rows)
     if m.content != ManifestContent.DATA or pc.any(pc.not_equal(cut.column("content"), 0)).as_py():
         return _piece_per_file(plan, m, rows, deletes)
@@ -293,9 +295,14 @@ HEAD_CACHE_MAX_BYTES = 32 << 20
 _HEADS = _HeadCache(HEAD_CACHE_MAX_BYTES)
 
 
+# Fewer rows than this are written per file: the column writer's thirty-odd kernel calls
+# cost a few milliseconds whatever the row count, which is most of a selective plan.
+COLUMNS_FROM_ROWS = 48
+
+
 def _piece_per_file(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) -> bytes:
-    """The reference path for rows the column writer does not handle (never expected for a
-    data manifest, kept so an odd manifest is still answered right)."""
+    """Rows written per file, as the reference does: for a few rows (cheaper than the
+    kernels) and for rows the column writer does not handle (a delete manifest's)."""
     decoded = m.rows(rows, with_metrics=plan.deletes.has_equality_deletes())
     residual = plan.residual_evaluator(m.spec_id)
     out = []

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from icefloe import scan_json
 from icefloe.catalog import Table
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.datafile import DataFile, DataFileContent
@@ -210,11 +211,18 @@ FILTERS: list[dict[str, Any] | None] = [
 ]
 
 
+@pytest.mark.parametrize("columns_from", [0, scan_json.COLUMNS_FROM_ROWS])
 @pytest.mark.parametrize("which", [0, 1], ids=["v2", "v3"])
 @pytest.mark.parametrize("expr", FILTERS, ids=lambda e: "none" if e is None else e["type"])
 def test_every_page_matches_the_per_file_reference(
-    tables: list[Table], which: int, expr: dict[str, Any] | None
+    tables: list[Table],
+    which: int,
+    expr: dict[str, Any] | None,
+    columns_from: int,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """With ``columns_from`` 0 every page is written by columns, however few its rows."""
+    monkeypatch.setattr(scan_json, "COLUMNS_FROM_ROWS", columns_from)
     p = _plan(tables[which], expr)
     for size in (1, 4, 7, 1000):
         for start in range(0, max(1, len(p)), size):
