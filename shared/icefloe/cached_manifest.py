@@ -300,16 +300,32 @@ class CachedManifest:
         take = indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int64())
         if len(take) == self.num_rows:
             return self
-        columns = {name: pc.take(arr, take) for name, arr in self._columns.items()}
-        partitions = (
-            None if self._partitions is None else [pc.take(a, take) for a in self._partitions]
-        )
+        # One take over a record batch of every column: one call instead of one per column.
+        batch = self._remember(("batch",), self._batch).batch
+        taken = batch.take(take)
+        names = list(self._columns)
+        columns = {name: taken.column(i) for i, name in enumerate(names)}
+        partitions = None
+        if self._partitions is not None:
+            partitions = [taken.column(len(names) + k) for k in range(len(self._partitions))]
         tuples = None
         if self._tuples is not None:
             tuples = [self._tuples[i] for i in take.to_pylist()]
         return CachedManifest(
             self.manifest, self.spec, self.partition_type, columns, partitions, tuples
         )
+
+    def _batch(self) -> _Batch:
+        arrays = list(self._columns.values()) + list(self._partitions or ())
+        names = list(self._columns) + [
+            f"__partition_{k}" for k in range(len(self._partitions or ()))
+        ]
+        return _Batch(pa.RecordBatch.from_arrays(arrays, names=names))
+
+    def _full(self, take: Any) -> bool:
+        """Whether ``take`` lists every row in order (then nothing needs taking)."""
+        n = self.num_rows
+        return len(take) == n and n > 0 and take[0].as_py() == 0 and take[n - 1].as_py() == n - 1
 
     def rows(self, indices: Sequence[int] | Any, *, with_metrics: bool = True) -> ManifestRows:
         """DataFiles (and data sequence numbers) of the given rows, in that order.
@@ -320,17 +336,22 @@ class CachedManifest:
         take = indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int64())
         if len(take) == 0:
             return ManifestRows([], [])
+        full = self._full(take)
+
+        def cut(arr: Any) -> Any:
+            return arr if full else pc.take(arr, take)
+
         cols: dict[str, list[Any]] = {}
         for name, arr in self._columns.items():
             if name in self._maps:
-                cols[name] = map_dicts(pc.take(arr, take)) if with_metrics else [None] * len(take)
+                cols[name] = map_dicts(cut(arr)) if with_metrics else [None] * len(take)
             else:
-                cols[name] = pc.take(arr, take).to_pylist()
+                cols[name] = cut(arr).to_pylist()
         if self._tuples is not None:
             tuples = [self._tuples[i] for i in take.to_pylist()]
         else:
             per_field = [
-                arrow_to_values(f.field_type, pc.take(arr, take))
+                arrow_to_values(f.field_type, cut(arr))
                 for f, arr in zip(self.partition_type.fields, self._partitions or ())
             ]
             tuples = list(zip(*per_field)) if per_field else [()] * len(take)
@@ -373,6 +394,17 @@ def _same_values(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple) and isinstance(b, list | tuple):
         return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b))
     return bool(a == b) and type(a) is type(b)
+
+
+class _Batch:
+    """A manifest's columns as one record batch, for single-call takes. It shares the
+    columns' buffers, so it adds no bytes to the budget beyond a small overhead."""
+
+    __slots__ = ("batch",)
+    nbytes = 64
+
+    def __init__(self, batch: Any) -> None:
+        self.batch = batch
 
 
 class _TupleList:

@@ -105,8 +105,7 @@ def content_file_to_json(
         "file-path": data_file.file_path,
         "file-format": data_file.file_format,
         "partition": [
-            value_json(f.field_type, v)
-            for f, v in zip(partition_type.fields, data_file.partition)
+            value_json(f.field_type, v) for f, v in zip(partition_type.fields, data_file.partition)
         ],
         "file-size-in-bytes": data_file.file_size_in_bytes,
         "record-count": data_file.record_count,

@@ -30,6 +30,8 @@ adds none.
 from __future__ import annotations
 
 import asyncio
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypedDict, Unpack
@@ -39,12 +41,13 @@ from icefloe.cached_manifest import CachedManifest
 from icefloe.delete_index import DeleteFileIndex
 from icefloe.errors import NotFoundError, ValidationError
 from icefloe.evaluators import ManifestEvaluator
+from icefloe.expression_json import expression_to_json_text
 from icefloe.expressions import AlwaysTrue, BooleanExpression, is_bound, rewrite_not
 from icefloe.file_pruner import FilePruner, PruneCounts
 from icefloe.manifest_list import ManifestContent, ManifestFile
 from icefloe.metadata import TableMetadata
 from icefloe.partition import PartitionSpec
-from icefloe.projection import inclusive_projection
+from icefloe.projection import ResidualEvaluator, inclusive_projection
 from icefloe.scan_plan import FileScanTask, ScanMetrics, ScanPlan, Segment
 from icefloe.schema import Schema
 from icefloe.snapshot import Operation, Snapshot
@@ -253,18 +256,31 @@ def _prepare(schema: Schema, request: ScanRequest) -> _Prepared:
 
 
 class _Projections:
-    """The row filter's inclusive projection and manifest evaluator per partition spec."""
+    """What a plan derives from its filter once per partition spec: the inclusive
+    projection, the manifest evaluator (with its verdict per manifest, which never changes:
+    manifests are immutable) and the residual evaluator. Shared by the plans of one table
+    with the same request filter (see :func:`_compiled`), so a dashboard's repeated query
+    compiles nothing."""
+
+    _MATCHES_LIMIT = 8192
 
     def __init__(
-        self, metadata: TableMetadata, schema: Schema, row_filter: BooleanExpression, cs: bool
+        self,
+        location: str,
+        specs: Mapping[int, PartitionSpec],
+        schema: Schema,
+        row_filter: BooleanExpression,
+        cs: bool,
     ) -> None:
-        self.metadata = metadata
-        self.specs = metadata.specs()
+        self.location = location
+        self.specs = dict(specs)
         self.schema = schema
         self.row_filter = row_filter
         self.case_sensitive = cs
+        self.residuals: dict[int, ResidualEvaluator] = {}
         self._filters: dict[int, BooleanExpression] = {}
         self._evaluators: dict[int, ManifestEvaluator] = {}
+        self._matches: dict[tuple[str, int], bool] = {}
 
     def partition_filter(self, spec_id: int) -> BooleanExpression:
         found = self._filters.get(spec_id)
@@ -272,7 +288,7 @@ class _Projections:
             spec = self.specs.get(spec_id)
             if spec is None:
                 raise ValidationError(
-                    f"table {self.metadata.location} has no partition spec {spec_id}, which a "
+                    f"table {self.location} has no partition spec {spec_id}, which a "
                     "manifest of the snapshot uses"
                 )
             found = inclusive_projection(self.schema, spec, self.case_sensitive)(self.row_filter)
@@ -280,13 +296,77 @@ class _Projections:
         return found
 
     def manifest_may_match(self, m: ManifestFile) -> bool:
+        key = (m.manifest_path, m.partition_spec_id)
+        found = self._matches.get(key)
+        if found is not None:
+            return found
         evaluator = self._evaluators.get(m.partition_spec_id)
         if evaluator is None:
             projected = self.partition_filter(m.partition_spec_id)  # checks the spec exists
             partition_type = self.specs[m.partition_spec_id].partition_type(self.schema)
             evaluator = ManifestEvaluator(partition_type, projected)
             self._evaluators[m.partition_spec_id] = evaluator
-        return evaluator.eval(m)
+        found = evaluator.eval(m)
+        if len(self._matches) >= self._MATCHES_LIMIT:
+            self._matches.clear()
+        self._matches[key] = found
+        return found
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    prepared: _Prepared
+    projections: _Projections
+
+
+class _CompiledCache:
+    """Compiled requests by table, schema, specs and request filter (LRU, thread-safe).
+
+    The key holds the filter's JSON text, which tells apart what equality of expressions
+    would not (-0.0 from 0.0); filters too large to judge cheaply are not cached."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._lock = threading.Lock()
+        self._items: OrderedDict[tuple[Any, ...], _Compiled] = OrderedDict()
+
+    @staticmethod
+    def key(
+        metadata: TableMetadata, schema: Schema, request: ScanRequest
+    ) -> tuple[Any, ...] | None:
+        expr = request.row_filter
+        if expr is not None and not _small(expr):
+            return None
+        try:
+            text = None if expr is None else expression_to_json_text(expr)
+        except (ValidationError, TypeError, ValueError):
+            return None
+        return (
+            metadata.table_uuid,
+            metadata.location,
+            schema.schema_id,
+            tuple(sorted(metadata.specs())),
+            text,
+            request.case_sensitive,
+            None if request.select is None else tuple(request.select),
+            None if request.stats_fields is None else tuple(request.stats_fields),
+        )
+
+    def get(self, key: tuple[Any, ...]) -> _Compiled | None:
+        with self._lock:
+            found = self._items.get(key)
+            if found is not None:
+                self._items.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[Any, ...], value: _Compiled) -> None:
+        with self._lock:
+            self._items[key] = value
+            while len(self._items) > self.size:
+                self._items.popitem(last=False)
+
+
+_COMPILED = _CompiledCache(256)
 
 
 async def _candidate_manifests(
@@ -407,11 +487,21 @@ async def plan_scan(
         raise ValidationError(f"plan_scan takes a request or keywords, not both: {sorted(options)}")
     target = _resolve(metadata, request)
     schema = target.schema
-    if offload and request.row_filter is not None and not _small(request.row_filter):
-        # Binding a filter of a hundred thousand literals takes a while: off the loop.
-        prepared = await asyncio.to_thread(_prepare, schema, request)
-    else:
-        prepared = _prepare(schema, request)
+    key = _CompiledCache.key(metadata, schema, request)
+    compiled = None if key is None else _COMPILED.get(key)
+    if compiled is None:
+        if offload and request.row_filter is not None and not _small(request.row_filter):
+            # Binding a filter of a hundred thousand literals takes a while: off the loop.
+            prepared = await asyncio.to_thread(_prepare, schema, request)
+        else:
+            prepared = _prepare(schema, request)
+        projections = _Projections(
+            metadata.location, metadata.specs(), schema, prepared.row_filter, request.case_sensitive
+        )
+        compiled = _Compiled(prepared, projections)
+        if key is not None:
+            _COMPILED.put(key, compiled)
+    prepared, projections = compiled.prepared, compiled.projections
     metrics = ScanMetrics()
     deletes = DeleteFileIndex(metadata.specs(), schema)
 
@@ -428,11 +518,11 @@ async def plan_scan(
             segments=segments,
             deletes=deletes,
             metrics=metrics,
+            residuals=projections.residuals,
         )
 
     if target.snapshot is None:
         return plan([])
-    projections = _Projections(metadata, schema, prepared.row_filter, request.case_sensitive)
     range_ids = frozenset(s.snapshot_id for s in target.appends) if request.incremental else None
     candidates = await _candidate_manifests(source, target, range_ids)
     metrics.manifests = len(candidates)

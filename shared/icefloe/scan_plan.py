@@ -82,6 +82,7 @@ class ScanPlan:
         segments: list[Segment],
         deletes: DeleteFileIndex,
         metrics: ScanMetrics,
+        residuals: dict[int, ResidualEvaluator] | None = None,
     ) -> None:
         self.metadata = metadata
         self.snapshot = snapshot
@@ -101,7 +102,8 @@ class ScanPlan:
             self._starts.append(total)
             total += len(s.rows)
         self._count = total
-        self._residuals: dict[int, ResidualEvaluator] = {}
+        # Residual evaluators per spec id; plans with the same filter may share them.
+        self._residuals: dict[int, ResidualEvaluator] = {} if residuals is None else residuals
 
     @property
     def nbytes(self) -> int:

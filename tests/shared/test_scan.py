@@ -695,3 +695,32 @@ def test_tasks_without_metrics_differ_only_in_the_metric_maps(built: Built) -> N
             b.residual,
             b.data_sequence_number,
         )
+
+
+def test_compiled_filters_are_shared_only_by_the_same_request(built: Built) -> None:
+    """Plans with the same filter share its compiled projections; a filter that differs only
+    by the sign of a zero (equal as expressions) is compiled apart, and every plan is the
+    one a fresh compilation gives."""
+    from icefloe import scan as scan_module
+
+    filters = [
+        {"type": "lt", "term": "amount", "value": 0.0},
+        {"type": "lt", "term": "amount", "value": -0.0},
+        {"type": "gt-eq", "term": "amount", "value": 0.0},
+        {"type": "gt-eq", "term": "amount", "value": -0.0},
+    ]
+    cached = [planned(plan(built, row_filter=parse_expression(f))) for f in filters]
+    again = [planned(plan(built, row_filter=parse_expression(f))) for f in filters]
+    fresh = []
+    for f in filters:
+        scan_module._COMPILED._items.clear()
+        fresh.append(planned(plan(built, row_filter=parse_expression(f))))
+    assert cached == again == fresh
+    schema = built.table.metadata.schema()
+    keys = {
+        scan_module._CompiledCache.key(
+            built.table.metadata, schema, scan_module.ScanRequest(row_filter=parse_expression(f))
+        )
+        for f in filters
+    }
+    assert len(keys) == len(filters)
