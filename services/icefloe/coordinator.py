@@ -102,6 +102,7 @@ from icefloe.events import (
     parse_event,
 )
 from icefloe.manifest_reader import ManifestReader
+from icefloe.manifest_store import ManifestStore
 from icefloe.service_http import ServiceHttp
 from icefloe.snapshot import Snapshot, Summary
 from icefloe.table_batcher import (
@@ -1024,7 +1025,12 @@ class Coordinator:
         self.catalog = catalog if catalog is not None else load_catalog(config.catalog)
         self._owns_catalog = catalog is None
         install_crash_points(self.catalog, self.crash)
-        self.reader = ManifestReader(self.catalog.io)
+        store = (
+            ManifestStore(config.planner_cache_dir, config.planner_cache_disk_max_bytes)
+            if config.planner_cache_dir
+            else None
+        )
+        self.reader = ManifestReader(self.catalog.io, store=store)
         self.default_limits = BatchLimits(
             config.batch_max_files, config.batch_max_bytes, config.batch_max_wait_ms
         )

@@ -68,6 +68,14 @@ class CoordinatorConfig(BaseSettings):
     batch_max_bytes: int = Field(1 << 30, ge=1)
     batch_max_wait_ms: int = Field(10_000, ge=0)
     check_files: bool = Field(True, description="check data files exist with the stated size")
+    # The planner's own setting names (ICEFLOE_PLANNER_CACHE_DIR, ..._DISK_MAX_BYTES): one
+    # value given to both makes planners on that disk or volume warm for new manifests.
+    planner_cache_dir: str | None = Field(
+        None,
+        description="write the decoded columns of committed manifests to the planner's disk "
+        "cache directory (shared volume or host path); unset: do not",
+    )
+    planner_cache_disk_max_bytes: int = Field(8 << 30, ge=0, description="its budget")
     file_check_concurrency: int = Field(32, ge=1)
     abandon_after_ms: int = Field(
         600_000,

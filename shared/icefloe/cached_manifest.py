@@ -39,6 +39,7 @@ from icefloe.manifest import (
 )
 from icefloe.manifest_arrow import ArrowDecodeUnavailable, configured_decoder, decode_columns
 from icefloe.manifest_list import ManifestFile
+from icefloe.manifest_store import ManifestStore
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 from icefloe.types import (
@@ -314,6 +315,12 @@ class CachedManifest:
         return CachedManifest(
             self.manifest, self.spec, self.partition_type, columns, partitions, tuples
         )
+
+    def persist(self, store: ManifestStore) -> None:
+        """Save the columns to a disk store under this manifest's list row (a manifest whose
+        partition values Arrow cannot hold is not stored: it is decoded each time)."""
+        if self._partitions is not None:
+            store.save(self.manifest, self._columns, self._partitions, self.partition_type)
 
     def _batch(self) -> _Batch:
         arrays = list(self._columns.values()) + list(self._partitions or ())

@@ -249,10 +249,8 @@ class ManifestCache:
             cached: CachedManifest = await self._decode(
                 CachedManifest.decode, data, manifest, specs, schema
             )
-            if store is not None and cached._partitions is not None:
-                await self._decode(
-                    store.save, manifest, cached._columns, cached._partitions, cached.partition_type
-                )
+            if store is not None:
+                await self._decode(cached.persist, store)
             return cached
 
         value: CachedManifest = await self._load(path, load)

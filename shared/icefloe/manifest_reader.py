@@ -16,6 +16,7 @@ from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.fileio import FileIO
 from icefloe.manifest import ManifestEntry, read_manifest, read_manifest_metadata
 from icefloe.manifest_list import ManifestContent, ManifestFile, read_manifest_list
+from icefloe.manifest_store import ManifestStore
 from icefloe.partition import PartitionSpec
 from icefloe.snapshot import Snapshot
 
@@ -49,8 +50,15 @@ class _LRU:
 
 
 class ManifestReader:
-    def __init__(self, io: FileIO, cache_bytes: int = 64 << 20) -> None:
+    """``store``, when given, is where committers persist the decoded columns of the
+    manifests they commit (see :meth:`SnapshotProducer.commit`): a planner reading the same
+    directory is then warm for them."""
+
+    def __init__(
+        self, io: FileIO, cache_bytes: int = 64 << 20, *, store: ManifestStore | None = None
+    ) -> None:
         self.io = io
+        self.store = store
         self._cache = _LRU(cache_bytes)
 
     async def manifests(self, snapshot: Snapshot) -> list[ManifestFile]:
