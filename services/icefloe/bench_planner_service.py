@@ -9,7 +9,10 @@ run back to back on one thread (PyIceberg has no server; its plans/s is what one
 process achieves). It is measured with one planner process and with ``--workers 2`` (sharing
 the memory-mapped disk cache). The /healthz p99 of each level and the planner's RSS (warm,
 and after holding many full-scan plans, beside the cache and plan budgets' use, read from its
-``/metrics``) are printed as notes.
+``/metrics``) are printed as notes, with each level's plan p50/p99 and peak RSS, and the
+overhead RSS - cache bytes - plan bytes at its highest. A full plan fetched to its last
+page over HTTP (every ``tasks`` page) stands beside PyIceberg's full ``plan_files``.
+``--set service-files=1000000`` serves a 1M-file table instead of 100k.
 """
 
 from __future__ import annotations
@@ -21,10 +24,11 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from icefloe.bench import BenchContext, Figure, Timing, benchmark
+from icefloe.bench import BenchContext, Figure, Kind, Timing, benchmark
 from icefloe.bench_planner import PyIceberg, _pyiceberg_filter, generate, scans
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.fileio import LocalFileIO
@@ -62,21 +66,41 @@ async def _register(warehouse: Path) -> None:
         await catalog.close()
 
 
+@dataclass
+class Level:
+    """One load level: wall time, each plan's latency, /healthz latencies, peak RSS."""
+
+    elapsed: float
+    latencies: list[float]
+    health: list[float]
+    rss_peak: int
+
+
 async def _run_level(
-    session: Any, url: str, body: dict[str, Any], clients: int, requests: int
-) -> tuple[float, list[float]]:
+    session: Any, url: str, body: dict[str, Any], clients: int, requests: int, pid: int = 0
+) -> Level:
     remaining = requests
     health: list[float] = []
+    latencies: list[float] = []
+    peak = 0
     done = asyncio.Event()
 
     async def client() -> None:
         nonlocal remaining
         while remaining > 0:
             remaining -= 1
+            started = time.perf_counter()
             async with session.post(url + TABLE + "/plan", json=body) as r:
                 if r.status != 200:
                     raise RuntimeError(f"plan failed: {r.status} {await r.text()}")
                 await r.read()
+            latencies.append(time.perf_counter() - started)
+
+    async def sampler() -> None:
+        nonlocal peak
+        while not done.is_set() and pid:
+            peak = max(peak, rss_bytes(pid))
+            await asyncio.sleep(0.05)
 
     async def prober() -> None:
         while not done.is_set():
@@ -87,19 +111,44 @@ async def _run_level(
             await asyncio.sleep(0.01)
 
     probe = asyncio.create_task(prober())
+    sample = asyncio.create_task(sampler())
     started = time.perf_counter()
     await asyncio.gather(*(client() for _ in range(clients)))
     elapsed = time.perf_counter() - started
     done.set()
     await probe
-    return elapsed, health
+    await sample
+    return Level(elapsed, latencies, health, peak)
+
+
+async def _full_plan(session: Any, url: str) -> tuple[float, int, int]:
+    """A full plan fetched to its last page: seconds, tasks and bytes received."""
+    started = time.perf_counter()
+    async with session.post(url + TABLE + "/plan", json={}) as r:
+        if r.status != 200:
+            raise RuntimeError(f"plan failed: {r.status} {await r.text()}")
+        first = await r.json()
+    tasks = len(first["file-scan-tasks"])
+    size = 0
+    for token in first.get("plan-tasks", []):
+        async with session.post(url + TABLE + "/tasks", json={"plan-task": token}) as r:
+            if r.status != 200:
+                raise RuntimeError(f"page failed: {r.status} {await r.text()}")
+            body = await r.read()
+        size += len(body)
+        tasks += body.count(b'"data-file":')
+    return time.perf_counter() - started, tasks, size
 
 
 def _p99(values: list[float]) -> float:
+    return _quantile(values, 0.99)
+
+
+def _quantile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
 def _metric(text: str, name: str) -> float:
@@ -117,6 +166,7 @@ async def _serve(
     files: int,
     selective: dict[str, Any],
     theirs: Timing,
+    full_peer: Timing | None,
 ) -> list[Figure]:
     import aiohttp
 
@@ -149,24 +199,48 @@ async def _serve(
                 except aiohttp.ClientError:
                     pass
                 await asyncio.sleep(0.1)
+            rss_idle = rss_bytes(process.pid)
             await _run_level(session, url, {"filter": selective}, workers * 2, workers * 4)
             rss_warm = rss_bytes(process.pid)
+            overheads: list[float] = []
             for clients in CLIENT_LEVELS:
-                requests = max(20, clients * 2)
-                elapsed, health = await _run_level(
-                    session, url, {"filter": selective}, clients, requests
+                requests = max(200 if clients == 1 else 20, clients * 2)
+                level = await _run_level(
+                    session, url, {"filter": selective}, clients, requests, process.pid
                 )
                 figures.append(
                     Figure(
                         f"{label}, {clients} clients, selective",
                         "plans/s",
-                        Timing(seconds=(elapsed,), work=requests),
+                        Timing(seconds=(level.elapsed,), work=requests),
                         {"pyiceberg plan_files (one thread)": theirs},
                     )
                 )
+                async with session.get(url + "/metrics") as r:
+                    during = await r.text()
+                overheads.append(level.rss_peak - _budgets_used(during))
                 ctx.note(
-                    f"{label}, {clients} clients: /healthz p99 {_p99(health) * 1000:.1f} ms "
-                    f"over {len(health)} probes"
+                    f"{label}, {clients} clients: plan p50 "
+                    f"{_quantile(level.latencies, 0.5) * 1000:.1f} ms, p99 "
+                    f"{_p99(level.latencies) * 1000:.1f} ms; /healthz p99 "
+                    f"{_p99(level.health) * 1000:.1f} ms over {len(level.health)} probes; peak "
+                    f"RSS {level.rss_peak / 2**20:.0f} MiB"
+                )
+            if full_peer is not None:
+                full = [await _full_plan(session, url) for _ in range(2)]
+                seconds, tasks, size = min(full)
+                figures.append(
+                    Figure(
+                        f"{label}, full plan to the last page (REST)",
+                        "ms/plan",
+                        Timing(seconds=(seconds,), work=1),
+                        {"pyiceberg plan_files": full_peer},
+                        kind=Kind.LATENCY,
+                    )
+                )
+                ctx.note(
+                    f"{label}: full plan over HTTP, {tasks:,} tasks in "
+                    f"{size / 2**20:.0f} MiB of JSON pages, {seconds * 1000:.0f} ms warm"
                 )
             held = 40
             for _ in range(held):
@@ -175,18 +249,30 @@ async def _serve(
             rss_held = rss_bytes(process.pid)
             async with session.get(url + "/metrics") as r:
                 metrics = await r.text()
+            overheads.append(rss_held - _budgets_used(metrics))
     finally:
         process.send_signal(signal.SIGTERM)
         await process.wait()
     cache = _metric(metrics, "icefloe_planner_cache_bytes")
     plans = _metric(metrics, "icefloe_planner_plan_bytes")
     ctx.note(
-        f"{label}: RSS {rss_warm / 2**20:.0f} MiB warm, {rss_held / 2**20:.0f} MiB after "
-        f"{held} held full plans; the answering process's cache held {cache / 2**20:.0f} MiB "
-        f"(budget 512 MiB) and its plans {plans / 2**20:.0f} MiB (budget 256 MiB); the "
-        "rest is the interpreter, pyarrow and DuckDB (and mapped cache pages)"
+        f"{label}: RSS {rss_idle / 2**20:.0f} MiB idle, {rss_warm / 2**20:.0f} MiB warm, "
+        f"{rss_held / 2**20:.0f} MiB after {held} held full plans; the answering process's "
+        f"cache held {cache / 2**20:.0f} MiB (budget 512 MiB) and its plans "
+        f"{plans / 2**20:.0f} MiB (budget 256 MiB). Overhead (RSS - cache bytes - plan "
+        f"bytes, per process): at most {max(overheads) / workers / 2**20:.0f} MiB over the "
+        "levels and the held plans (the interpreter, pyarrow, DuckDB, aiohttp, the page "
+        "writer's 32 MiB of manifest texts, requests in flight)"
     )
     return figures
+
+
+def _budgets_used(metrics: str) -> int:
+    """Bytes the cache and the held plans account for, from the planner's /metrics (with
+    several processes, the one that answered)."""
+    cache = _metric(metrics, "icefloe_planner_cache_bytes")
+    plans = _metric(metrics, "icefloe_planner_plan_bytes")
+    return int(cache + plans)
 
 
 async def _service_figures(
@@ -204,10 +290,13 @@ async def _service_figures(
     for _ in range(peer_runs):
         peer.plan(py_filter)
     theirs = Timing(seconds=(time.perf_counter() - started,), work=peer_runs)
+    started = time.perf_counter()
+    peer.plan(None)
+    full_peer = Timing(seconds=(time.perf_counter() - started,), work=1)
     figures: list[Figure] = []
     for workers in (1, 2):
         figures += await _serve(
-            ctx, warehouse, directory / "cache", workers, files, selective, theirs
+            ctx, warehouse, directory / "cache", workers, files, selective, theirs, full_peer
         )
     return figures
 

@@ -226,13 +226,18 @@ def test_the_service_benchmark_runs_every_client_level() -> None:
 
     figures = asyncio.run(planner_service_benchmark(ctx))
     assert [f.name for f in figures] == [
-        f"0k-file table, {w}, {n} clients, selective"
+        name
         for w in ("1 process", "2 processes")
-        for n in CLIENT_LEVELS
+        for name in [
+            *(f"0k-file table, {w}, {n} clients, selective" for n in CLIENT_LEVELS),
+            f"0k-file table, {w}, full plan to the last page (REST)",
+        ]
     ]
-    assert all(f.icefloe.work >= 20 for f in figures)
+    assert all(f.icefloe.work >= 20 for f in figures if "selective" in f.name)
     assert sum("healthz p99" in note for note in ctx.notes) == 2 * len(CLIENT_LEVELS)
-    assert sum("RSS" in note for note in ctx.notes) == 2
+    assert sum("plan p50" in note for note in ctx.notes) == 2 * len(CLIENT_LEVELS)
+    assert sum("full plan over HTTP, 60 tasks" in note for note in ctx.notes) == 2
+    assert sum("Overhead (RSS - cache bytes - plan bytes" in note for note in ctx.notes) == 2
 
 
 async def test_worker_processes_share_one_port_and_serve_each_others_tokens(
