@@ -588,6 +588,10 @@ class PlannerService:
         # Planning threads hold the GIL between Arrow kernels: a few at a time keep the
         # event loop (and /healthz) responsive; more would only queue for the GIL.
         self._cpu_slots = asyncio.Semaphore(config.planning_concurrency)
+        # Plan and page requests past their body are admitted a few at a time: the event
+        # loop runs each one's parsing, token and small plans itself, and a /healthz probe
+        # waits behind every handler step queued before it. Queued requests cost nothing.
+        self._admission = asyncio.Semaphore(2 * config.planning_concurrency)
         self.wall_clock = wall_clock
         self.consumer: ResultsConsumer | None = None
         if config.brokers:
@@ -925,6 +929,10 @@ class PlannerService:
     async def _plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
         raw = await request.read()
+        async with self._admission:
+            return await self._plan_admitted(ident, raw)
+
+    async def _plan_admitted(self, ident: TableIdentifier, raw: bytes) -> web.Response:
         if len(raw) > OFFLOAD_BODY_BYTES:
             req, row_filter = await asyncio.to_thread(_parse_plan_request, raw)
         else:
@@ -1045,10 +1053,11 @@ class PlannerService:
 
     async def _fetch_plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
-        stored = await self._resolve(
-            ident, request.match_info["plan_id"], "NoSuchPlanIdException", "the plan"
-        )
-        return _json_bytes_response(await self._completed(stored))
+        async with self._admission:
+            stored = await self._resolve(
+                ident, request.match_info["plan_id"], "NoSuchPlanIdException", "the plan"
+            )
+            return _json_bytes_response(await self._completed(stored))
 
     async def _cancel_plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
@@ -1070,6 +1079,12 @@ class PlannerService:
     async def _fetch_tasks(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
         body = await _json_body(request, required=True)
+        async with self._admission:
+            return await self._fetch_tasks_admitted(ident, body)
+
+    async def _fetch_tasks_admitted(
+        self, ident: TableIdentifier, body: dict[str, Any]
+    ) -> web.Response:
         try:
             req = FetchTasksRequest.model_validate(body)
         except pydantic.ValidationError as e:
