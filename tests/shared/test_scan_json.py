@@ -41,7 +41,7 @@ SCHEMA = Schema(
     NestedField(4, "day", DateType()),
 )
 AMOUNTS = [-0.0, 0.0, float("nan"), None, 1.5, -2.25]
-NAMES = ['plain', 'quote"d', "back\\slash", "new\nline", "été", None]
+NAMES = ["plain", 'quote"d', "back\\slash", "new\nline", "été", None]
 
 
 def _canonical(value: Any) -> str:
