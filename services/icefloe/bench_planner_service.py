@@ -74,6 +74,7 @@ class Level:
     latencies: list[float]
     health: list[float]
     rss_peak: int
+    steady: list[float]  # /healthz probes sent once every client had its first answer
 
 
 async def _run_level(
@@ -81,12 +82,15 @@ async def _run_level(
 ) -> Level:
     remaining = requests
     health: list[float] = []
+    steady: list[float] = []
     latencies: list[float] = []
+    answered = 0  # clients with a first answer (their connection is open from then on)
     peak = 0
     done = asyncio.Event()
 
     async def client() -> None:
-        nonlocal remaining
+        nonlocal remaining, answered
+        first = True
         while remaining > 0:
             remaining -= 1
             started = time.perf_counter()
@@ -95,6 +99,9 @@ async def _run_level(
                     raise RuntimeError(f"plan failed: {r.status} {await r.text()}")
                 await r.read()
             latencies.append(time.perf_counter() - started)
+            if first:
+                answered += 1
+                first = False
 
     async def sampler() -> None:
         nonlocal peak
@@ -104,10 +111,13 @@ async def _run_level(
 
     async def prober() -> None:
         while not done.is_set():
+            connected = answered == clients
             started = time.perf_counter()
             async with session.get(url + "/healthz") as r:
                 await r.read()
             health.append(time.perf_counter() - started)
+            if connected:
+                steady.append(health[-1])
             await asyncio.sleep(0.01)
 
     probe = asyncio.create_task(prober())
@@ -118,7 +128,7 @@ async def _run_level(
     done.set()
     await probe
     await sample
-    return Level(elapsed, latencies, health, peak)
+    return Level(elapsed, latencies, health, peak, steady)
 
 
 async def _full_plan(session: Any, url: str) -> tuple[float, int, int]:
@@ -223,7 +233,9 @@ async def _serve(
                     f"{label}, {clients} clients: plan p50 "
                     f"{_quantile(level.latencies, 0.5) * 1000:.1f} ms, p99 "
                     f"{_p99(level.latencies) * 1000:.1f} ms; /healthz p99 "
-                    f"{_p99(level.health) * 1000:.1f} ms over {len(level.health)} probes; peak "
+                    f"{_p99(level.health) * 1000:.1f} ms over {len(level.health)} probes "
+                    f"({_p99(level.steady) * 1000:.1f} ms over the {len(level.steady)} sent "
+                    "once every client was connected); peak "
                     f"RSS {level.rss_peak / 2**20:.0f} MiB"
                 )
             if full_peer is not None:

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import hmac
 import json
@@ -1192,6 +1193,22 @@ def advertised_endpoints(
 # ---------------------------------------------------------------------------------------------
 
 
+# The cyclic collector's first-generation threshold while serving. Each plan request makes
+# a few thousand short-lived objects, so at the default (700) a collection runs every few
+# requests and, every so often, a full one walks every long-lived object (cached manifest
+# lists, compiled filters, held plans), pausing the event loop for tens of milliseconds
+# under load (measured as /healthz p99 at 150 clients). The planner's data lives in Arrow
+# buffers, not in reference cycles, so collecting less often costs little memory.
+GC_THRESHOLD = (50_000, 20, 20)
+
+
+def _tune_gc() -> None:
+    """Move what startup made out of the collector's sight and collect less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
 async def serve(
     config: PlannerConfig, *, reuse_port: bool = False, parent_pid: int | None = None
 ) -> None:
@@ -1215,6 +1232,7 @@ async def serve(
 
     watchdog = asyncio.create_task(orphaned()) if parent_pid is not None else None
     await service.start(reuse_port=reuse_port)
+    _tune_gc()
     try:
         await stop.wait()
     finally:
