@@ -80,7 +80,7 @@ from icefloe.plan_tokens import (
 from icefloe.planner_config import PlannerConfig
 from icefloe.rest_catalog_config import RestCatalogSettings
 from icefloe.scan import ScanPlan, plan_scan
-from icefloe.scan_json import scan_tasks_members
+from icefloe.scan_json import page_is_written, scan_tasks_members
 from icefloe.service_http import ServiceHttp
 from icefloe.table_refresher import ResultsConsumer, TableRefresher, TableState
 
@@ -1011,8 +1011,9 @@ class PlannerService:
 
     async def _page(self, plan: ScanPlan, start: int, stop: int) -> bytes:
         """The members of a ScanTasks object (JSON text), written in a worker thread unless
-        it is a handful of tasks (a thread hop costs more than writing those)."""
-        if min(stop, len(plan)) - start <= 16:
+        it is a handful of tasks or slices of texts already written (a thread hop costs
+        more than those)."""
+        if min(stop, len(plan)) - start <= 16 or page_is_written(plan, start, stop):
             return scan_tasks_members(plan, start, stop)
         async with self._cpu_slots:
             return await asyncio.to_thread(scan_tasks_members, plan, start, stop)

@@ -159,6 +159,17 @@ def scan_tasks_members(plan: ScanPlan, start: int, stop: int) -> bytes:
     return out
 
 
+def page_is_written(plan: ScanPlan, start: int, stop: int) -> bool:
+    """Whether tasks ``start``..``stop`` are slices of task texts already written (so
+    serving them costs a copy: a server need not hand them to a worker thread)."""
+    if plan.stats_field_ids or len(plan.deletes):
+        return False
+    return all(
+        len(rows) < COLUMNS_FROM_ROWS // 8 or _HEADS.holds(plan, m)
+        for m, rows in plan.pieces(start, stop)
+    )
+
+
 def scan_tasks_bytes(plan: ScanPlan, start: int, stop: int) -> bytes:
     """The ``ScanTasks`` object of tasks ``start``..``stop`` as UTF-8 JSON text."""
     return b"{" + scan_tasks_members(plan, start, stop) + b"}"
@@ -284,6 +295,11 @@ class _HeadCache:
             with self._lock:
                 self._drop(key)  # the manifest's last page
         return texts.slice(start, len(cut.rows))
+
+    def holds(self, plan: ScanPlan, m: CachedManifest) -> bool:
+        with self._lock:
+            entry = self._entries.get((id(plan), id(m)))
+        return entry is not None and entry[0]() is plan and entry[1]() is m
 
     def _drop(self, key: tuple[int, int]) -> None:
         entry = self._entries.pop(key, None)
@@ -550,6 +566,7 @@ def _delete_refs(
 
 __all__ = [
     "content_file_json",
+    "page_is_written",
     "same_filter",
     "scan_tasks_bytes",
     "scan_tasks_json",

@@ -254,3 +254,23 @@ def test_stats_fields_are_written_by_the_reference(tables: list[Table]) -> None:
     ours = json.loads(scan_tasks_bytes(p, 0, 1000))
     assert _canonical(ours) == _canonical(scan_tasks_json(p, 0, 1000))
     assert all("value-counts" in t["data-file"] for t in ours["file-scan-tasks"])
+
+
+def test_a_manifests_later_pages_are_slices_of_texts_already_written(
+    tables: list[Table], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan_json, "COLUMNS_FROM_ROWS", 0)
+    p = _plan(tables[1], None)  # v3, no position or equality deletes besides DVs
+    assert not scan_json.page_is_written(p, 0, 4)  # it has deletes: always written anew
+    v2 = _plan(
+        tables[0], {"type": "not-null", "term": "id"}, snapshot_id=_first_snapshot(tables[0])
+    )
+    assert not len(v2.deletes)
+    assert not scan_json.page_is_written(v2, 2, 4)
+    first = scan_tasks_bytes(v2, 0, 2)
+    assert first and scan_json.page_is_written(v2, 2, 4)
+    assert json.loads(scan_tasks_bytes(v2, 2, 4)) == scan_tasks_json(v2, 2, 4)
+
+
+def _first_snapshot(table: Table) -> int:
+    return min(table.metadata.snapshots, key=lambda s: s.sequence_number).snapshot_id
