@@ -17,7 +17,7 @@ requests) and **restarted** (a new in-memory cache over the persisted on-disk st
 decoded manifests, memory-mapped: a restarted or new replica); PyIceberg has no cache
 between scans, so its one figure stands beside all three. Each icefloe figure is the plan
 *and every page of its REST response* (``file-scan-tasks`` with the data file JSON, residuals
-and delete files, 1,000 tasks a page, written by :mod:`icefloe.scan_json`): everything a
+and delete files, in the planner's pages, written by :mod:`icefloe.scan_json`): everything a
 client needs, where PyIceberg's figure stops at its ``FileScanTask`` objects. The file paths
 are read back from that JSON after the clock stops and must equal PyIceberg's. **manifest decode** is entries/s of one manifest into the cache's columns
 beside PyIceberg's manifest reader. Sizes set equal run once (``--set files-small=100000
@@ -67,6 +67,7 @@ from icefloe.manifest_store import ManifestStore
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
 from icefloe.partition import PartitionSpecBuilder
+from icefloe.planner_config import PlannerConfig
 from icefloe.scan import plan_scan
 from icefloe.scan_json import scan_tasks_bytes
 from icefloe.schema import Schema
@@ -283,7 +284,7 @@ class Icefloe:
         return self.loop.run_until_complete(run())
 
 
-PAGE = 1000  # the planner's default ICEFLOE_PLANNER_TASKS_PER_PAGE
+PAGE: int = PlannerConfig.model_fields["tasks_per_page"].default  # the planner's pages
 _FILE_PATH = re.compile(rb'"data-file":\{"spec-id":\d+,"content":"data","file-path":"([^"]*)"')
 
 

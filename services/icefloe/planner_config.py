@@ -60,7 +60,12 @@ class PlannerConfig(BaseSettings):
     planning_concurrency: int = Field(
         2, ge=1, le=256, description="plans pruned or pages serialized at once (threads)"
     )
-    tasks_per_page: int = Field(1000, ge=1, description="file scan tasks per response page")
+    tasks_per_page: int = Field(
+        5000,
+        ge=1,
+        description="file scan tasks per response page (about 1.3 MB of JSON at 5000: a "
+        "million-file plan is 200 round trips, not 1000)",
+    )
     plan_ttl_ms: int = Field(600_000, ge=1000, description="how long a plan id stays valid")
     max_plans: int = Field(10_000, ge=1, description="plans kept at once (oldest dropped)")
     plan_max_bytes: int = Field(
