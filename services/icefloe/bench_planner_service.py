@@ -214,7 +214,7 @@ async def _serve(
             rss_warm = rss_bytes(process.pid)
             overheads: list[float] = []
             for clients in CLIENT_LEVELS:
-                requests = max(200 if clients == 1 else 20, clients * 2)
+                requests = max(200, clients * 4)  # long enough for a steady state
                 level = await _run_level(
                     session, url, {"filter": selective}, clients, requests, process.pid
                 )
