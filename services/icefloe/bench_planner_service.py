@@ -210,7 +210,9 @@ async def _serve(
                     pass
                 await asyncio.sleep(0.1)
             rss_idle = rss_bytes(process.pid)
-            await _run_level(session, url, {"filter": selective}, workers * 2, workers * 4)
+            # Warm every process (connections spread over them by the kernel): its cache,
+            # compiled filters and connections.
+            await _run_level(session, url, {"filter": selective}, workers * 8, workers * 40)
             rss_warm = rss_bytes(process.pid)
             overheads: list[float] = []
             for clients in CLIENT_LEVELS:
