@@ -9,7 +9,7 @@ setup:
 	@bash deploy/setup.sh
 
 demo: setup
-	$(PY) -m icefloe.demo
+	$(PY) -m icefloe.dev.demo
 
 check: setup lint typecheck
 
@@ -27,10 +27,10 @@ test: check
 # coordinator's state machines, no servers, fewer Hypothesis examples. CI runs `make test`.
 test-fast: setup
 	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not integration and not interop" \
-		tests/shared tests/test_layering.py tests/services/test_table_batcher.py
+		tests/shared tests/test_layering.py tests/services/coordinator/test_table_batcher.py
 
 bench: setup
-	$(PY) -m icefloe.bench
+	$(PY) -m icefloe.dev.bench
 
 clean:
 	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache

@@ -21,8 +21,8 @@ import yaml
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from icefloe.coordinator_config import CoordinatorConfig
-from icefloe.planner_config import PlannerConfig
+from icefloe.coordinator.config import CoordinatorConfig
+from icefloe.planner.config import PlannerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HELM = REPO_ROOT / ".tools" / "node_modules" / ".bin" / "helm"

@@ -27,7 +27,7 @@ def imported_modules(path: Path) -> set[str]:
 
 
 def test_core_imports_no_service_module_and_no_service_library() -> None:
-    service_modules = {f"icefloe.{p.stem}" for p in SERVICES.rglob("*.py")}
+    service_modules = {f"icefloe.{p.stem}" for p in SERVICES.glob("*.py")}
     service_modules |= {f"icefloe.{p.name}" for p in SERVICES.iterdir() if p.is_dir()}
     core_files = sorted(CORE.rglob("*.py"))
     assert core_files, "no core modules found"

@@ -1,0 +1,164 @@
+"""Settings of icefloe's Spark writer and reader, shared with the coordinator's environment.
+
+A Spark job needs three addresses: the catalog (to read the table's schema and spec and to
+evolve it), the Kafka brokers and topics the coordinator listens on (to ask for commits),
+and the scan planner (to read). The names are the coordinator's (``ICEFLOE_CATALOG``,
+``ICEFLOE_BROKERS``, ``ICEFLOE_EVENTS_TOPIC``, ...), so one environment configures the
+coordinator and every job that writes through it.
+
+Precedence, highest first: keyword arguments in code, the Spark session's configuration
+(``spark.icefloe.<name>`` with dashes, e.g. ``spark.icefloe.events-topic``, which is how a
+cluster sets them for every job), ``ICEFLOE_<NAME>`` environment variables, defaults.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pydantic
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from icefloe.errors import ValidationError
+from icefloe.runtime import kafka as kafka_settings
+from icefloe.runtime import settings as settings_flags
+from icefloe.runtime.kafka import SaslMechanism, SecurityProtocol
+
+SPARK_CONF_PREFIX = "spark.icefloe."
+
+
+class SparkConfig(BaseSettings):
+    """Where a Spark job finds the catalog, the coordinator's topics and the planner."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="ICEFLOE_", extra="ignore", frozen=True, populate_by_name=True
+    )
+
+    catalog: str | None = Field(default=None, description="catalog URI (see icefloe.catalog_uri)")
+
+    # -- the coordinator's Kafka topics -----------------------------------------------------
+    brokers: str | None = Field(default=None, description="host:port[,host:port]")
+    events_topic: str = Field(default="icefloe.events", min_length=1)
+    results_topic: str = Field(default="icefloe.results", min_length=1)
+    dead_letter_topic: str = Field(default="icefloe.dead-letter", min_length=1)
+    security_protocol: SecurityProtocol | None = None
+    sasl_mechanism: SaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    tls_cafile: str | None = None
+    client_id: str = "icefloe-spark"
+
+    # -- committing -------------------------------------------------------------------------
+    commit_timeout_s: float = Field(
+        default=300.0, gt=0, description="how long a write waits for its table-committed event"
+    )
+    event_max_files: int = Field(
+        default=500, ge=1, description="files per files-written event; large jobs send several"
+    )
+    event_max_bytes: int = Field(
+        default=768 * 1024,
+        ge=16 * 1024,
+        description="encoded size above which a files-written event is split (brokers refuse "
+        "messages over their message.max.bytes, 1 MiB by default)",
+    )
+    writer_id: str = Field(default="icefloe-spark", min_length=1)
+
+    # -- reading ----------------------------------------------------------------------------
+    planner_url: str | None = Field(
+        default=None, description="base URL of the scan planner's REST API"
+    )
+    planner_prefix: str | None = Field(
+        default=None, description="the REST catalog {prefix}, if any"
+    )
+    planner_timeout_s: float = Field(default=120.0, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SparkConfig:
+        kafka_settings.check_sasl(self.sasl_mechanism, self.sasl_username, self.sasl_password)
+        return self
+
+    @classmethod
+    def load(
+        cls,
+        spark_conf: Mapping[str, str] | None = None,
+        overrides: Mapping[str, Any] | None = None,
+    ) -> SparkConfig:
+        """Settings from ``overrides``, then ``spark.icefloe.*`` keys, then the environment.
+
+        Raises a ValidationError naming each bad setting by its Spark key.
+        """
+        given: dict[str, Any] = {}
+        for key, value in (spark_conf or {}).items():
+            if key.startswith(SPARK_CONF_PREFIX):
+                name = key[len(SPARK_CONF_PREFIX) :].replace("-", "_")
+                if name in cls.model_fields:
+                    given[name] = value
+        given.update({k: v for k, v in (overrides or {}).items() if v is not None})
+        unknown = sorted(set(overrides or {}) - set(cls.model_fields))
+        if unknown:
+            raise ValidationError(
+                f"unknown icefloe Spark settings {unknown}; known: {sorted(cls.model_fields)}"
+            )
+        try:
+            return cls(**given)
+        except pydantic.ValidationError as e:
+            problems = settings_flags.describe_problems(
+                e, lambda loc: f"{SPARK_CONF_PREFIX}{loc.replace('_', '-')}"
+            )
+            raise ValidationError(f"invalid icefloe Spark settings: {problems}") from None
+
+    def require_catalog(self) -> str:
+        if not self.catalog:
+            raise ValidationError(
+                "no catalog configured: set spark.icefloe.catalog (or ICEFLOE_CATALOG) to the "
+                "catalog URI the coordinator uses, e.g. redis://host:6379/0?warehouse=s3://b/wh"
+            )
+        return self.catalog
+
+    def require_brokers(self) -> str:
+        if not self.brokers:
+            raise ValidationError(
+                "no Kafka brokers configured: set spark.icefloe.brokers (or ICEFLOE_BROKERS) to "
+                "the bootstrap servers of the coordinator's events topic"
+            )
+        return self.brokers
+
+    @property
+    def effective_security_protocol(self) -> SecurityProtocol:
+        return kafka_settings.derive_security_protocol(
+            self.security_protocol, self.sasl_mechanism, bool(self.tls_cafile)
+        )
+
+    def kafka_options(self) -> dict[str, Any]:
+        """Connection keyword arguments for aiokafka's producer and consumer."""
+        brokers = self.require_brokers()
+        protocol = self.effective_security_protocol
+        return kafka_settings.connection_options(
+            brokers=brokers,
+            client_id=self.client_id,
+            security_protocol=protocol,
+            ssl_context=kafka_settings.client_ssl_context(self.tls_cafile)
+            if kafka_settings.uses_tls(protocol)
+            else None,
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=self.sasl_password,
+        )
+
+    def cache_key(self) -> tuple[Any, ...]:
+        """What identifies one Kafka connection: jobs with equal keys share a channel."""
+        return (
+            self.brokers,
+            self.events_topic,
+            self.results_topic,
+            self.dead_letter_topic,
+            self.effective_security_protocol,
+            self.sasl_mechanism,
+            self.sasl_username,
+            self.tls_cafile,
+            self.client_id,
+        )
+
+
+__all__ = ["SPARK_CONF_PREFIX", "SparkConfig"]
