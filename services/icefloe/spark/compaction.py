@@ -71,6 +71,7 @@ from icefloe.partition import PartitionSpec
 from icefloe.row_lineage import LINEAGE_NAMES, with_lineage_fields, without_lineage_metrics
 from icefloe.schema import Schema
 from icefloe.sort_order import NullOrder, SortDirection, SortOrder
+from icefloe.spark.channel import _BACKGROUND, ConfigArg, _settings
 from icefloe.spark.config import SparkConfig
 from icefloe.spark.tasks import (
     READ_TASK_COLUMN,
@@ -82,17 +83,12 @@ from icefloe.spark.tasks import (
     WriteJob,
     column_by_id,
 )
+from icefloe.spark.types import FilterArg, _filter_json, _map_in_arrow
 from icefloe.spark.writer import (
-    _BACKGROUND,
-    ConfigArg,
-    FilterArg,
     _attempts_may_have_failed,
     _delete,
     _delete_job_files,
-    _filter_json,
     _load_for_write,
-    _map_in_arrow,
-    _settings,
     _split_events,
 )
 

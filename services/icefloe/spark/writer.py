@@ -1,4 +1,4 @@
-"""icefloe from PySpark: write DataFrames through the coordinator, read tables via the planner.
+"""icefloe from PySpark: write DataFrames through the coordinator.
 
 Writing (:func:`write`)
 -----------------------
@@ -30,20 +30,9 @@ records, and the coordinator acknowledges a commit id it already applied instead
 committing it again; when that happens, the replay's own files are found absent from the
 acknowledged snapshot and deleted.
 
-Reading (:func:`read`)
-----------------------
-The driver asks the scan planner (REST ``planTableScan``, following ``plan-tasks`` through
-``fetchScanTasks``, polling while the plan is ``submitted``) for file scan tasks and builds a
-DataFrame from them: one row per task, turned into table rows by :func:`read_task` in
-``mapInArrow``. Types map to Spark as Iceberg's Spark integration does, except where Spark
-has no equivalent: ``uuid`` reads as its string form, ``fixed`` as binary, ``time`` as a long
-of microseconds since midnight and ``timestamp_ns``/``timestamptz_ns`` as longs of
-nanoseconds since the epoch (never truncated silently); writes accept those forms back.
-
-Kafka clients and catalogs live on one background event loop per driver process, shared by
-every job and thread (streaming queries run their batches on their own threads), so a job
-does not pay for a new connection, and :func:`write` works from code that already runs an
-event loop. :func:`shutdown` closes them; it also runs at interpreter exit.
+The Spark types (:mod:`icefloe.spark.types`), the driver's event loop and commit channel
+(:mod:`icefloe.spark.channel`) and reading (:mod:`icefloe.spark.reader`) are modules of their
+own.
 
 Configuration comes from :class:`~icefloe.spark.config.SparkConfig`: ``config=`` arguments,
 then ``spark.icefloe.*`` session settings, then ``ICEFLOE_*`` environment variables.
@@ -51,32 +40,22 @@ then ``spark.icefloe.*`` session settings, then ``ICEFLOE_*`` environment variab
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import contextlib
 import functools
-import importlib.util
 import json
 import logging
-import threading
 import time
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
-from urllib.parse import quote
+from typing import Any, Literal
 
-import aiohttp
-import pyarrow as pa
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import KafkaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as st
 
 from icefloe.arrow_schema import conform_table
 from icefloe.binding import bind
 from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
-from icefloe.catalog_uri import load_catalog
 from icefloe.commit import commit_with_retry
 from icefloe.commit_index import CommitIndex
 from icefloe.content_file import content_file_from_json
@@ -86,542 +65,54 @@ from icefloe.errors import (
     EventRejectedError,
     IcefloeError,
     NotFoundError,
-    SchemaEvolutionError,
     ValidationError,
 )
 from icefloe.events import (
     CommitOperation,
     CommitRequested,
-    DeadLetter,
     FilesWritten,
     TableCommitted,
     encode_event,
-    event_key,
-    parse_event,
 )
 from icefloe.expression_json import expression_to_json, parse_expression
 from icefloe.expressions import (
     AlwaysTrue,
-    BooleanExpression,
-    BooleanExpressionVisitor,
-    BoundPredicate,
 )
-from icefloe.expressions import visit as visit_expression
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import MetadataBuilder
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 from icefloe.schema_update import UpdateSchema
-from icefloe.spark.config import SPARK_CONF_PREFIX, SparkConfig
+from icefloe.spark.channel import _BACKGROUND, ConfigArg, _settings
+from icefloe.spark.config import SparkConfig
 from icefloe.spark.tasks import (
-    READ_TASK_COLUMN,
     WRITE_RESULT_SCHEMA,
-    ReadJob,
     WriteJob,
     is_job_file,
     prepare_input,
-    read_task,
     write_task,
 )
+from icefloe.spark.types import (
+    FilterArg,
+    _arrow_schema_of,
+    _filter_json,
+    _map_in_arrow,
+    spark_to_iceberg_type,
+)
 from icefloe.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
-    FixedType,
-    FloatType,
-    GeographyType,
-    GeometryType,
-    IcebergType,
-    IntegerType,
-    ListType,
-    LongType,
-    MapType,
     NestedField,
-    StringType,
     StructType,
-    TimestampNanoType,
-    TimestampType,
-    TimestamptzNanoType,
-    TimestamptzType,
-    TimeType,
-    UnknownType,
-    UUIDType,
 )
 
 log = logging.getLogger("icefloe.spark")
 
 WriteMode = Literal["append", "overwrite", "overwrite-partitions"]
-ConfigArg = SparkConfig | Mapping[str, Any] | None
-FilterArg = BooleanExpression | Mapping[str, Any] | bool | str | None
 
 STREAMING_QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The local property Spark sets to the streaming query's id while a batch runs."""
 BATCH_ID_PROPERTY = "spark.streaming.batch-id"
 QUERY_ID_PROPERTY = "spark.streaming.query-id"
-
-_STATS_KEYS = (
-    "column-sizes",
-    "value-counts",
-    "null-value-counts",
-    "nan-value-counts",
-    "lower-bounds",
-    "upper-bounds",
-)
-_PLAN_POLL_MIN_S = 0.05
-_PLAN_POLL_MAX_S = 2.0
-
-T = TypeVar("T")
-
-
-# ---------------------------------------------------------------------------------------
-# The driver's background event loop and what lives on it
-# ---------------------------------------------------------------------------------------
-
-
-class _Background:
-    """One event loop thread per process for Kafka clients, catalogs and HTTP sessions."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self.catalogs: dict[str, Catalog] = {}
-        self.channels: dict[tuple[Any, ...], CommitChannel] = {}
-        self.channel_locks: dict[tuple[Any, ...], asyncio.Lock] = {}
-
-    def _ensure(self) -> asyncio.AbstractEventLoop:
-        with self._lock:
-            if self._loop is None or self._thread is None or not self._thread.is_alive():
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="icefloe-spark-driver", daemon=True
-                )
-                thread.start()
-                self._loop, self._thread = loop, thread
-            return self._loop
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the background loop and wait for it from this thread."""
-        future = asyncio.run_coroutine_threadsafe(coro, self._ensure())
-        try:
-            return future.result()
-        except BaseException:
-            future.cancel()
-            raise
-
-    async def catalog(self, uri: str) -> Catalog:
-        found = self.catalogs.get(uri)
-        if found is None:
-            found = self.catalogs[uri] = load_catalog(uri)
-        return found
-
-    async def channel(self, config: SparkConfig) -> CommitChannel:
-        key = config.cache_key()
-        lock = self.channel_locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            found = self.channels.get(key)
-            if found is None or found.broken:
-                if found is not None:
-                    await found.close()
-                found = CommitChannel(config)
-                await found.start()
-                self.channels[key] = found
-            return found
-
-    async def _close_all(self) -> None:
-        channels, self.channels = list(self.channels.values()), {}
-        catalogs, self.catalogs = list(self.catalogs.values()), {}
-        for channel in channels:
-            with contextlib.suppress(Exception):
-                await channel.close()
-        for catalog in catalogs:
-            with contextlib.suppress(Exception):
-                await catalog.close()
-
-    def shutdown(self, timeout_s: float = 30.0) -> None:
-        with self._lock:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None or not thread.is_alive():
-            return
-        future = asyncio.run_coroutine_threadsafe(self._close_all(), loop)
-        with contextlib.suppress(Exception):
-            future.result(timeout_s)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout_s)
-        if not thread.is_alive():
-            loop.close()
-        self.channel_locks.clear()
-
-
-_BACKGROUND = _Background()
-
-
-def shutdown() -> None:
-    """Close the Kafka clients and catalogs this process opened for Spark jobs."""
-    _BACKGROUND.shutdown()
-
-
-atexit.register(shutdown)
-
-
-def _settings(spark: SparkSession, config: ConfigArg) -> SparkConfig:
-    if isinstance(config, SparkConfig):
-        return config
-    # Launch settings, then session settings (spark.conf.set) on top.
-    conf = {
-        key: value
-        for key, value in spark.sparkContext.getConf().getAll()
-        if key.startswith(SPARK_CONF_PREFIX)
-    }
-    conf.update({k: v for k, v in spark.conf.getAll.items() if k.startswith(SPARK_CONF_PREFIX)})
-    return SparkConfig.load(conf, config)
-
-
-# ---------------------------------------------------------------------------------------
-# The commit channel: events out, results and rejections in
-# ---------------------------------------------------------------------------------------
-
-
-class CommitChannel:
-    """A producer to the events topic and a consumer of the results and dead-letter topics.
-
-    The consumer reads from the topics' ends as of :meth:`start`, so every result produced
-    after a commit request is sent is seen; waiters are keyed by commit id.
-    """
-
-    def __init__(self, config: SparkConfig) -> None:
-        self.config = config
-        self.broken = False
-        self._producer: AIOKafkaProducer | None = None
-        self._consumer: AIOKafkaConsumer | None = None
-        self._listener: asyncio.Task[None] | None = None
-        self._waiters: dict[str, _Waiter] = {}
-
-    async def start(self) -> None:
-        options = self.config.kafka_options()
-        self._consumer = AIOKafkaConsumer(
-            **options, group_id=None, enable_auto_commit=False, auto_offset_reset="latest"
-        )
-        await self._consumer.start()
-        try:
-            available = await self._consumer.topics()
-            partitions: list[TopicPartition] = []
-            for topic in (self.config.results_topic, self.config.dead_letter_topic):
-                ids = self._consumer.partitions_for_topic(topic) if topic in available else None
-                if not ids:
-                    raise ValidationError(
-                        f"Kafka topic {topic!r} does not exist on {self.config.brokers}: start "
-                        "the coordinator first (it creates its topics), or check "
-                        "spark.icefloe.results-topic / dead-letter-topic"
-                    )
-                partitions.extend(TopicPartition(topic, p) for p in sorted(ids))
-            self._consumer.assign(partitions)
-            await self._consumer.seek_to_end(*partitions)
-            for tp in partitions:
-                await self._consumer.position(tp)
-            self._producer = AIOKafkaProducer(
-                **options,
-                acks="all",
-                enable_idempotence=False,
-                linger_ms=5,
-                max_request_size=max(1 << 20, 2 * self.config.event_max_bytes),
-            )
-            await self._producer.start()
-        except BaseException:
-            await self.close()
-            raise
-        self._listener = asyncio.create_task(self._listen(), name="icefloe-spark-results")
-
-    async def close(self) -> None:
-        self.broken = True
-        if self._listener is not None:
-            self._listener.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._listener
-        for client in (self._producer, self._consumer):
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await client.stop()
-        self._producer = self._consumer = None
-
-    async def _listen(self) -> None:
-        assert self._consumer is not None
-        try:
-            while True:
-                batches = await self._consumer.getmany(timeout_ms=500, max_records=1000)
-                for records in batches.values():
-                    for record in records:
-                        self._dispatch(record.value or b"")
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
-            self.broken = True
-            for waiter in self._waiters.values():
-                waiter.fail(CommitStateUnknownError(f"lost the results topic while waiting: {e}"))
-            raise
-
-    def _dispatch(self, value: bytes) -> None:
-        try:
-            event = parse_event(value)
-        except ValidationError:
-            return  # not ours to judge: the coordinator's contract, other producers
-        if isinstance(event, TableCommitted):
-            for commit_id in event.commit_ids:
-                waiter = self._waiters.get(commit_id)
-                if waiter is not None:
-                    waiter.committed(event)
-        elif isinstance(event, DeadLetter):
-            try:
-                original = parse_event(event.original)
-            except ValidationError:
-                return
-            if isinstance(original, FilesWritten | CommitRequested):
-                waiter = self._waiters.get(original.commit_id)
-                if waiter is not None:
-                    waiter.rejected(original, event.reason)
-
-    async def commit(
-        self, events: Sequence[FilesWritten], request: CommitRequested, timeout_s: float
-    ) -> TableCommitted:
-        """Publish ``events`` then ``request``; the ``table-committed`` of its commit id.
-
-        Raises EventRejectedError when the coordinator dead-letters the request or one of
-        its events (nothing was committed), CommitStateUnknownError when no answer came in
-        time (the commit may still happen).
-        """
-        if self.broken or self._producer is None:
-            raise CommitStateUnknownError("the commit channel is closed")
-        if request.commit_id in self._waiters:
-            raise ValidationError(
-                f"commit id {request.commit_id!r} is already being committed by this process"
-            )
-        waiter = _Waiter(request, asyncio.get_running_loop().create_future())
-        self._waiters[request.commit_id] = waiter
-        key = event_key(request.table)
-        topic = self.config.events_topic
-        requested = False
-        try:
-            await asyncio.gather(
-                *(self._producer.send_and_wait(topic, encode_event(e), key) for e in events)
-            )
-            requested = True
-            await self._producer.send_and_wait(topic, encode_event(request), key)
-            return await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
-        except TimeoutError:
-            raise CommitStateUnknownError(
-                f"no table-committed for commit id {request.commit_id!r} of {request.table} "
-                f"within {timeout_s:g}s; the coordinator may still commit it. Its files were "
-                "kept; the table was checked for the commit id before this was raised, and "
-                "retrying with the same commit id is safe (a commit id is applied at most once)"
-            ) from None
-        except KafkaError as e:
-            if requested:
-                raise CommitStateUnknownError(
-                    f"sending the commit request for {request.commit_id!r} failed ({e}); it "
-                    "may or may not have reached the coordinator"
-                ) from e
-            raise
-        finally:
-            self._waiters.pop(request.commit_id, None)
-
-
-@dataclass
-class _Waiter:
-    request: CommitRequested
-    future: asyncio.Future[TableCommitted]
-
-    def committed(self, event: TableCommitted) -> None:
-        if not self.future.done():
-            self.future.set_result(event)
-
-    def fail(self, error: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(error)
-
-    def rejected(self, original: FilesWritten | CommitRequested, reason: str) -> None:
-        kind, _, message = reason.partition(": ")
-        if isinstance(original, FilesWritten):
-            if original.event_id not in self.request.event_ids:
-                return  # another run's events of this commit id
-            if kind == "late-files":
-                # The commit id is already queued or done: a replay. The acknowledgement
-                # (table-committed) follows, and the replay's files are then cleaned up.
-                return
-            what = f"files-written event {original.event_id}"
-        elif original.event_id == self.request.event_id:
-            what = "the commit request"
-        else:
-            return
-        self.fail(
-            EventRejectedError(
-                kind or "rejected",
-                f"the coordinator rejected {what} of commit {self.request.commit_id!r} for "
-                f"{self.request.table}: {message or reason}",
-            )
-        )
-
-
-# ---------------------------------------------------------------------------------------
-# Type mapping between Iceberg and Spark
-# ---------------------------------------------------------------------------------------
-
-
-def iceberg_to_spark_type(t: IcebergType) -> st.DataType:
-    """The Spark type a column of Iceberg type ``t`` reads as (see the module docstring)."""
-    simple: dict[type[IcebergType], st.DataType] = {
-        BooleanType: st.BooleanType(),
-        IntegerType: st.IntegerType(),
-        LongType: st.LongType(),
-        FloatType: st.FloatType(),
-        DoubleType: st.DoubleType(),
-        DateType: st.DateType(),
-        TimeType: st.LongType(),
-        TimestampType: st.TimestampNTZType(),
-        TimestamptzType: st.TimestampType(),
-        TimestampNanoType: st.LongType(),
-        TimestamptzNanoType: st.LongType(),
-        StringType: st.StringType(),
-        UUIDType: st.StringType(),
-        BinaryType: st.BinaryType(),
-        FixedType: st.BinaryType(),
-        GeometryType: st.BinaryType(),
-        GeographyType: st.BinaryType(),
-        UnknownType: st.NullType(),
-    }
-    found = simple.get(type(t))
-    if found is not None:
-        return found
-    if isinstance(t, DecimalType):
-        return st.DecimalType(t.precision, t.scale)
-    if isinstance(t, StructType):
-        return st.StructType(
-            [
-                st.StructField(f.name, iceberg_to_spark_type(f.field_type), not f.required)
-                for f in t.fields
-            ]
-        )
-    if isinstance(t, ListType):
-        return st.ArrayType(iceberg_to_spark_type(t.element_type), not t.element_required)
-    if isinstance(t, MapType):
-        return st.MapType(
-            iceberg_to_spark_type(t.key_type),
-            iceberg_to_spark_type(t.value_type),
-            not t.value_required,
-        )
-    raise ValidationError(f"Iceberg type {t} cannot be read into Spark by icefloe")
-
-
-def spark_schema(schema: Schema) -> st.StructType:
-    """The Spark schema of a table schema."""
-    struct = iceberg_to_spark_type(schema.struct)
-    assert isinstance(struct, st.StructType)
-    return struct
-
-
-def spark_to_iceberg_type(
-    dt: st.DataType, next_id: Callable[[], int], path: str, format_version: int = 2
-) -> IcebergType:
-    """The Iceberg type to store a new Spark column of type ``dt`` (fresh field ids)."""
-    if isinstance(dt, st.BooleanType):
-        return BooleanType()
-    if isinstance(dt, st.ByteType | st.ShortType | st.IntegerType):
-        return IntegerType()
-    if isinstance(dt, st.LongType):
-        return LongType()
-    if isinstance(dt, st.FloatType):
-        return FloatType()
-    if isinstance(dt, st.DoubleType):
-        return DoubleType()
-    if isinstance(dt, st.DecimalType):
-        return DecimalType(dt.precision, dt.scale)
-    if isinstance(dt, st.StringType | st.VarcharType | st.CharType):
-        return StringType()
-    if isinstance(dt, st.BinaryType):
-        return BinaryType()
-    if isinstance(dt, st.DateType):
-        return DateType()
-    if isinstance(dt, st.TimestampType):
-        return TimestamptzType()
-    if isinstance(dt, st.TimestampNTZType):
-        return TimestampType()
-    if isinstance(dt, st.TimeType):
-        return TimeType()
-    if isinstance(dt, st.NullType) and format_version >= 3:
-        return UnknownType()
-    if isinstance(dt, st.StructType):
-        return StructType(
-            *(
-                NestedField(
-                    next_id(),
-                    f.name,
-                    spark_to_iceberg_type(f.dataType, next_id, f"{path}.{f.name}", format_version),
-                    required=False,
-                )
-                for f in dt.fields
-            )
-        )
-    if isinstance(dt, st.ArrayType):
-        element_id = next_id()
-        return ListType(
-            element_id,
-            spark_to_iceberg_type(dt.elementType, next_id, f"{path}.element", format_version),
-            element_required=not dt.containsNull,
-        )
-    if isinstance(dt, st.MapType):
-        key_id, value_id = next_id(), next_id()
-        return MapType(
-            key_id,
-            spark_to_iceberg_type(dt.keyType, next_id, f"{path}.key", format_version),
-            value_id,
-            spark_to_iceberg_type(dt.valueType, next_id, f"{path}.value", format_version),
-            value_required=not dt.valueContainsNull,
-        )
-    raise SchemaEvolutionError(
-        f"column {path!r} has Spark type {dt.simpleString()}, which icefloe cannot add to an "
-        f"Iceberg v{format_version} table"
-    )
-
-
-def _arrow_schema_of(df_schema: st.StructType, timezone: str) -> pa.Schema:
-    from pyspark.errors import PySparkException
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    try:
-        return to_arrow_schema(df_schema, timezone=timezone)
-    except (PySparkException, TypeError, ValueError) as e:
-        raise ValidationError(
-            f"the DataFrame ({df_schema.simpleString():.200}) has a column Spark cannot hand "
-            f"to Python as Arrow: {e}"
-        ) from None
-
-
-def _map_in_arrow(
-    df: DataFrame, func: Callable[..., Any], schema: str | st.StructType
-) -> DataFrame:
-    """``df.mapInArrow`` without PySpark's pandas requirement (Arrow is all it uses).
-
-    PySpark builds the UDF behind ``mapInArrow`` with ``pandas_udf``, which insists on
-    pandas being installed although Arrow batches never touch it; without pandas the same
-    UDF is built directly.
-    """
-    jdf = getattr(df, "_jdf", None)
-    if importlib.util.find_spec("pandas") is None and jdf is not None:
-        from pyspark.sql.pandas import functions as pandas_functions
-        from pyspark.util import PythonEvalType
-
-        udf = pandas_functions.vectorized_udf(  # type: ignore[attr-defined]
-            func,
-            returnType=schema,
-            functionType=PythonEvalType.SQL_MAP_ARROW_ITER_UDF,
-            kind="pandas",
-        )
-        column = udf(*[df[c] for c in df.columns])
-        return DataFrame(jdf.mapInArrow(column._jc, False, None), df.sparkSession)
-    return df.mapInArrow(func, schema)
 
 
 # ---------------------------------------------------------------------------------------
@@ -739,22 +230,6 @@ def check_dataframe_schema(df_schema: st.StructType, schema: Schema, timezone: s
     unknown or duplicate columns, missing required columns, incompatible types."""
     empty = _arrow_schema_of(df_schema, timezone).empty_table()
     conform_table(prepare_input(empty, schema), schema)
-
-
-def _filter_json(expr: FilterArg) -> Any:
-    if expr is None:
-        return None
-    if isinstance(expr, BooleanExpression):
-        return expression_to_json(expr)
-    if isinstance(expr, str):
-        try:
-            return json.loads(expr)
-        except ValueError:
-            raise ValidationError(
-                f"filter {expr!r:.80} is not JSON: pass an icefloe expression or its JSON form "
-                "(expressions spec)"
-            ) from None
-    return expr if isinstance(expr, bool) else dict(expr)
 
 
 def _operation(mode: str, overwrite_filter: FilterArg) -> tuple[CommitOperation, Any]:
@@ -1194,325 +669,6 @@ def foreach_batch_sink(
     return sink
 
 
-# ---------------------------------------------------------------------------------------
-# Reading
-# ---------------------------------------------------------------------------------------
-
-
-class PlanningError(IcefloeError):
-    """The scan planner failed or refused a request; the message carries its answer."""
-
-
-@dataclass
-class ScanPlan:
-    """File scan tasks with their delete files inlined (``delete-files``) and residuals."""
-
-    tasks: list[dict[str, Any]] = field(default_factory=list)
-
-
-class PlannerClient:
-    """The client side of REST scan planning (``planTableScan``, ``fetchScanTasks``...)."""
-
-    def __init__(self, base_url: str, prefix: str | None = None, timeout_s: float = 120.0):
-        self.base_url = base_url.rstrip("/")
-        self.prefix = prefix.strip("/") if prefix else None
-        self.timeout_s = timeout_s
-
-    def _table_url(self, identifier: TableIdentifier) -> str:
-        namespace = quote("\x1f".join(identifier.namespace), safe="")
-        root = f"{self.base_url}/v1/" + (f"{quote(self.prefix, safe='')}/" if self.prefix else "")
-        return f"{root}namespaces/{namespace}/tables/{quote(identifier.name, safe='')}"
-
-    async def _call(
-        self,
-        session: aiohttp.ClientSession,
-        method: str,
-        url: str,
-        body: Any = None,
-        what: str = "",
-    ) -> Any:
-        try:
-            async with session.request(method, url, json=body) as response:
-                text = await response.text()
-                if response.status == 204:
-                    return None
-                try:
-                    payload = json.loads(text) if text else None
-                except ValueError:
-                    payload = None
-                if response.status >= 400:
-                    error = (payload or {}).get("error", {}) if isinstance(payload, dict) else {}
-                    message = error.get("message") or text[:300] or response.reason
-                    kind = error.get("type") or f"HTTP {response.status}"
-                    if response.status == 404:
-                        raise NotFoundError(f"{what}: {kind}: {message}")
-                    if response.status == 400:
-                        raise ValidationError(f"{what}: {kind}: {message}")
-                    raise PlanningError(f"{what}: {kind} ({response.status}): {message}")
-                if not isinstance(payload, dict):
-                    raise PlanningError(f"{what}: the planner answered {text[:200]!r}, not JSON")
-                return payload
-        except aiohttp.ClientError as e:
-            raise PlanningError(f"{what}: cannot reach the planner at {url}: {e}") from e
-
-    async def load_table(self, identifier: TableIdentifier) -> tuple[TableMetadata, dict[str, str]]:
-        """``loadTable``: the table's current metadata and the ``config`` the catalog hands
-        to clients (storage properties such as ``s3.endpoint``)."""
-        async with self._session() as session:
-            payload = await self._call(
-                session, "GET", self._table_url(identifier), what=f"loading {identifier}"
-            )
-        try:
-            metadata = TableMetadata.from_json(payload["metadata"], what=f"table {identifier}")
-        except (KeyError, TypeError):
-            raise PlanningError(f"loading {identifier}: the answer has no 'metadata'") from None
-        config = payload.get("config") or {}
-        return metadata, {str(k): str(v) for k, v in config.items()}
-
-    def _session(self) -> aiohttp.ClientSession:
-        return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout_s))
-
-    async def plan(self, identifier: TableIdentifier, request: Mapping[str, Any]) -> ScanPlan:
-        """Every file scan task of a scan, following plan tasks and polling async plans."""
-        url = f"{self._table_url(identifier)}/plan"
-        what = f"planning a scan of {identifier}"
-        plan = ScanPlan()
-        plan_id: str | None = None
-        finished = False
-        deadline = time.monotonic() + self.timeout_s
-        async with self._session() as session:
-            try:
-                result = await self._call(session, "POST", url, dict(request), what)
-                plan_id = result.get("plan-id")
-                delay = _PLAN_POLL_MIN_S
-                while result.get("status") == "submitted":
-                    if plan_id is None:
-                        raise PlanningError(f"{what}: 'submitted' without a plan-id")
-                    if time.monotonic() > deadline:
-                        raise PlanningError(
-                            f"{what}: plan {plan_id} not completed within {self.timeout_s:g}s"
-                        )
-                    await asyncio.sleep(delay)
-                    delay = min(_PLAN_POLL_MAX_S, delay * 2)
-                    result = await self._call(
-                        session, "GET", f"{url}/{quote(plan_id, safe='')}", what=what
-                    )
-                status = result.get("status")
-                if status == "failed":
-                    error = result.get("error") or {}
-                    raise PlanningError(f"{what}: planning failed: {error.get('message', error)}")
-                if status != "completed":
-                    raise PlanningError(f"{what}: unexpected planning status {status!r}")
-                # A task without a residual uses the request's filter (REST spec).
-                default = request.get("filter")
-                pending = list(self._collect(result, plan, what, default))
-                tasks_url = f"{self._table_url(identifier)}/tasks"
-                while pending:
-                    page = await self._call(
-                        session, "POST", tasks_url, {"plan-task": pending.pop()}, what
-                    )
-                    pending.extend(self._collect(page, plan, what, default))
-                finished = True
-            finally:
-                if plan_id is not None and not finished:
-                    with contextlib.suppress(Exception):
-                        await self._call(
-                            session, "DELETE", f"{url}/{quote(plan_id, safe='')}", what=what
-                        )
-        return plan
-
-    @staticmethod
-    def _collect(
-        page: Mapping[str, Any], plan: ScanPlan, what: str, default_residual: Any = None
-    ) -> list[str]:
-        deletes = page.get("delete-files") or []
-        for task in page.get("file-scan-tasks") or []:
-            if not isinstance(task, dict) or not isinstance(task.get("data-file"), dict):
-                raise PlanningError(f"{what}: a file scan task has no 'data-file': {task!r:.200}")
-            refs = task.get("delete-file-references") or []
-            try:
-                inlined = [deletes[i] for i in refs]
-            except (IndexError, TypeError):
-                raise PlanningError(
-                    f"{what}: task for {task['data-file'].get('file-path')} references delete "
-                    f"files {refs}, but the response lists {len(deletes)}"
-                ) from None
-            plan.tasks.append(
-                {
-                    "data-file": _without_stats(task["data-file"]),
-                    "delete-files": [_without_stats(d) for d in inlined],
-                    "residual-filter": task.get("residual-filter", default_residual),
-                }
-            )
-        plan_tasks = page.get("plan-tasks") or []
-        if not all(isinstance(t, str) for t in plan_tasks):
-            raise PlanningError(f"{what}: 'plan-tasks' must be strings")
-        return list(plan_tasks)
-
-
-def _without_stats(content_file: Mapping[str, Any]) -> dict[str, Any]:
-    """A content file without column stats: readers do not need them, and bounds of
-    columns dropped since would not even parse against the current schema."""
-    return {k: v for k, v in content_file.items() if k not in _STATS_KEYS}
-
-
-class _ColumnNames(BooleanExpressionVisitor[set[str]]):
-    """The (dotted) column names a bound expression reads."""
-
-    def visit_true(self) -> set[str]:
-        return set()
-
-    def visit_false(self) -> set[str]:
-        return set()
-
-    def visit_not(self, child_result: set[str]) -> set[str]:
-        return child_result
-
-    def visit_and(self, left_result: set[str], right_result: set[str]) -> set[str]:
-        return left_result | right_result
-
-    def visit_or(self, left_result: set[str], right_result: set[str]) -> set[str]:
-        return left_result | right_result
-
-    def visit_bound_predicate(self, predicate: BoundPredicate) -> set[str]:
-        return {predicate.ref.name}
-
-
-async def _load_for_read(
-    settings: SparkConfig, identifier: TableIdentifier
-) -> tuple[TableMetadata, dict[str, str]]:
-    if settings.catalog:
-        catalog = await _BACKGROUND.catalog(settings.catalog)
-        table = await catalog.load_table(identifier)
-        return table.metadata, dict(catalog.properties)
-    return await _planner(settings).load_table(identifier)
-
-
-async def _plan_when_visible(
-    planner: PlannerClient, identifier: TableIdentifier, request: Mapping[str, Any], wait_s: float
-) -> ScanPlan:
-    """Plan, waiting up to ``wait_s`` for the planner to see the snapshot.
-
-    The snapshot id comes from the catalog, which the planner follows with a lag of up to
-    its refresh interval: right after a commit it may not know the snapshot (or the table)
-    yet, and answers 404 for something that exists. Read-your-writes is worth a short wait.
-    """
-    deadline = time.monotonic() + wait_s
-    delay = _PLAN_POLL_MIN_S
-    while True:
-        try:
-            return await planner.plan(identifier, request)
-        except NotFoundError:
-            if time.monotonic() + delay > deadline:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(_PLAN_POLL_MAX_S, delay * 2)
-
-
-def _planner(settings: SparkConfig) -> PlannerClient:
-    if not settings.planner_url:
-        raise ValidationError(
-            "no scan planner configured: set spark.icefloe.planner-url (or ICEFLOE_PLANNER_URL)"
-            " to the planner's REST address"
-        )
-    return PlannerClient(settings.planner_url, settings.planner_prefix, settings.planner_timeout_s)
-
-
-def read(
-    spark: SparkSession,
-    table: str | TableIdentifier,
-    filter: FilterArg = None,
-    snapshot_id: int | None = None,
-    columns: Sequence[str] | None = None,
-    *,
-    branch: str | None = None,
-    case_sensitive: bool = True,
-    config: ConfigArg = None,
-) -> DataFrame:
-    """A DataFrame of ``table``'s rows, planned by the scan planner.
-
-    ``filter`` (an icefloe expression or its JSON) selects rows; ``snapshot_id`` (or
-    ``branch``) time-travels, reading with the schema of that snapshot; ``columns`` (dotted
-    names allowed) projects.
-    """
-    settings = _settings(spark, config)
-    identifier = TableIdentifier.parse(table)
-    metadata, io_properties = _BACKGROUND.run(_load_for_read(settings, identifier))
-    if snapshot_id is not None and branch is not None:
-        raise ValidationError("pass snapshot_id or branch, not both")
-    snapshot = (
-        metadata.snapshot_by_id(snapshot_id)
-        if snapshot_id is not None
-        else metadata.snapshot_by_ref(branch or "main")
-    )
-    if snapshot is None and (snapshot_id is not None or branch is not None):
-        what = f"snapshot {snapshot_id}" if snapshot_id is not None else f"branch {branch!r}"
-        raise NotFoundError(f"table {identifier} has no {what}")
-    schema = metadata.schema()
-    if snapshot_id is not None and snapshot is not None and snapshot.schema_id is not None:
-        schema = metadata.schema_by_id(snapshot.schema_id) or schema
-    projected = schema.select(list(columns), case_sensitive) if columns else schema
-    out_schema = spark_schema(projected)
-    filter_json = _filter_json(filter)
-    filter_names: set[str] = set()
-    if filter_json is not None:
-        try:
-            bound = bind(schema, parse_expression(filter_json), case_sensitive)
-        except ValidationError as e:
-            raise ValidationError(f"filter does not apply to {identifier}: {e}") from None
-        filter_names = visit_expression(bound, _ColumnNames())
-    if snapshot is None:
-        return spark.createDataFrame([], out_schema)
-    request: dict[str, Any] = {
-        "snapshot-id": snapshot.snapshot_id,
-        "case-sensitive": case_sensitive,
-        "use-snapshot-schema": snapshot_id is not None,
-    }
-    if columns:
-        request["select"] = list(columns)
-    if filter_json is not None:
-        request["filter"] = filter_json
-    wait_s = settings.planner_timeout_s if settings.catalog else 0.0
-    plan = _BACKGROUND.run(_plan_when_visible(_planner(settings), identifier, request, wait_s))
-    if not plan.tasks:
-        return spark.createDataFrame([], out_schema)
-    # Rows are read with the filter's and the equality deletes' columns too, then projected.
-    equality_ids = {
-        fid
-        for task in plan.tasks
-        for delete in task["delete-files"]
-        if delete.get("content") == "equality-deletes"
-        for fid in delete.get("equality-ids") or ()
-    }
-    wanted = [
-        *(columns or [f.name for f in schema.fields]),
-        *sorted(filter_names),
-        *sorted(n for fid in equality_ids if (n := schema.find_column_name(fid)) is not None),
-    ]
-    read_schema = schema.select(list(dict.fromkeys(wanted)), case_sensitive)
-    timezone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
-    job = ReadJob(
-        table_schema_json=json.dumps(schema.to_json()),
-        read_schema_json=json.dumps(read_schema.to_json()),
-        output_names=tuple(f.name for f in projected.fields),
-        specs_json=json.dumps([s.to_json() for s in metadata.partition_specs]),
-        table_location=metadata.location,
-        io_properties=io_properties,
-        output_schema=_arrow_schema_of(out_schema, timezone),
-        case_sensitive=case_sensitive,
-    )
-    slices = max(1, min(len(plan.tasks), 4 * spark.sparkContext.defaultParallelism))
-    by_size = sorted(
-        plan.tasks, key=lambda t: int(t["data-file"].get("file-size-in-bytes", 0)), reverse=True
-    )
-    balanced = [task for i in range(slices) for task in by_size[i::slices]]
-    rdd = spark.sparkContext.parallelize([(json.dumps(t),) for t in balanced], slices)
-    tasks_df = spark.createDataFrame(
-        rdd, st.StructType([st.StructField(READ_TASK_COLUMN, st.StringType())])
-    )
-    return _map_in_arrow(tasks_df, functools.partial(read_task, job), out_schema)
-
-
 def compact(spark: SparkSession, table: str | TableIdentifier, **kwargs: Any) -> Any:
     """Compact ``table`` through the coordinator: :func:`icefloe.spark.compaction.compact`."""
     from icefloe.spark.compaction import compact as run_compaction
@@ -1521,20 +677,11 @@ def compact(spark: SparkSession, table: str | TableIdentifier, **kwargs: Any) ->
 
 
 __all__ = [
-    "CommitChannel",
-    "PlannerClient",
-    "PlanningError",
-    "ScanPlan",
     "StagedWrite",
     "check_dataframe_schema",
     "commit_staged",
     "compact",
     "foreach_batch_sink",
-    "iceberg_to_spark_type",
-    "read",
-    "shutdown",
-    "spark_schema",
-    "spark_to_iceberg_type",
     "stage_write",
     "write",
 ]
