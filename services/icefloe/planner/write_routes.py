@@ -31,14 +31,14 @@ import sys
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import pydantic
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from icefloe.catalog import METADATA_PATH, Namespace, Table, TableIdentifier
+from icefloe.catalog import METADATA_PATH, Catalog, Namespace, Table, TableIdentifier
 from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.errors import (
     AlreadyExistsError,
@@ -56,7 +56,6 @@ from icefloe.maintenance import purge_table_files
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import SetLocationUpdate, SetPropertiesUpdate, new_table_metadata
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
-from icefloe.planner.app import ApiError
 from icefloe.planner.auth import (
     OAUTH_PATH,
     TokenAuthority,
@@ -66,16 +65,34 @@ from icefloe.planner.auth import (
     oauth_tokens,
     principal_of,
 )
+from icefloe.planner.config import PlannerConfig
+from icefloe.planner.errors import ApiError
+from icefloe.planner.refresher import TableRefresher
 from icefloe.planner.write_config import RestCatalogSettings
 from icefloe.schema import Schema
 from icefloe.sort_order import SortOrder
 from icefloe.table_changes import DEFAULT_POLICY, CommitOutcome, TableCommit, commit_table_changes
 
-if TYPE_CHECKING:
-    from icefloe.planner.app import PlannerService
-
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)
+
+
+class PlannerService(Protocol):
+    """What the write routes use of the planner that serves them
+    (:class:`icefloe.planner.app.PlannerService`, which imports this module, not the reverse)."""
+
+    @property
+    def config(self) -> PlannerConfig: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def refresher(self) -> TableRefresher: ...
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
 
 NAMESPACE_SEPARATOR = "\x1f"
 SCAN_PLANNING_MODE = "scan-planning-mode"
@@ -735,7 +752,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import yaml  # type: ignore[import-untyped]  # a development tool, not a dependency
 
-    from icefloe.planner.app import trim_openapi
+    from icefloe.planner.openapi import trim_openapi
 
     with open(args[1], encoding="utf-8") as f:
         spec = yaml.safe_load(f)

@@ -32,15 +32,9 @@ from icefloe.fileio import LocalFileIO
 from icefloe.metadata_builder import LAST_ADDED, MetadataBuilder
 from icefloe.parquet import write_files
 from icefloe.partition import PartitionSpecBuilder
-from icefloe.planner.app import (
-    ENDPOINTS,
-    OPENAPI_FILE,
-    PlannerService,
-    PlanStore,
-    served_openapi,
-    trim_openapi,
-)
+from icefloe.planner.app import OPENAPI_FILE, PlannerService, PlanStore
 from icefloe.planner.config import PlannerConfig, add_arguments, overrides_from_args
+from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
 from icefloe.planner.refresher import ResultsConsumer, TableRefresher, TableState, is_newer
 from icefloe.schema import Schema
 from icefloe.snapshot import SnapshotRef

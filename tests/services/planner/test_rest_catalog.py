@@ -30,8 +30,9 @@ from icefloe.datafile import DataFile
 from icefloe.errors import CommitStateUnknownError, FileIOError, ValidationError
 from icefloe.fileio import LocalFileIO
 from icefloe.metadata import TableMetadata
-from icefloe.planner.app import PlannerService, served_openapi
+from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
+from icefloe.planner.openapi import served_openapi
 from icefloe.planner.write_config import RestCatalogSettings, parse_tokens
 from icefloe.planner.write_routes import OPENAPI_FILE, WRITE_ENDPOINTS
 from icefloe.schema import Schema
