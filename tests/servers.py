@@ -2,8 +2,8 @@
 
 The process handling (free ports, readiness that only counts a server's *own* listening
 socket, stop by PID with SIGTERM then SIGKILL, no orphans) lives in
-:mod:`icefloe.dev.local_stack`, shared with ``make demo``, ``make bench`` and ``icefloe
-local-stack``. This module keeps the names the tests import.
+:mod:`icefloe.dev.local_stack`, shared with ``make demo``, ``make bench`` and ``python -m
+icefloe.dev.local_stack``. This module keeps the names the tests import.
 """
 
 from __future__ import annotations

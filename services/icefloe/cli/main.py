@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from icefloe.errors import IcefloeError
+from icefloe.runtime.command import run_command
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -150,9 +151,9 @@ async def cmd_table(args: argparse.Namespace) -> int:
 
 
 async def cmd_coordinator(args: argparse.Namespace) -> int:
-    from icefloe.coordinator.service import run_from_args
+    from icefloe.coordinator import service
 
-    return await run_from_args(args)
+    return await service.run_from_args(args)
 
 
 async def cmd_planner(args: argparse.Namespace) -> int:
@@ -165,12 +166,6 @@ async def cmd_scan(args: argparse.Namespace) -> int:
     from icefloe.cli.scan import run
 
     return await run(args)
-
-
-async def cmd_local_stack(args: argparse.Namespace) -> int:
-    from icefloe.dev.local_stack import run_local_stack
-
-    return await run_local_stack(args)
 
 
 # -- parser -----------------------------------------------------------------------------------
@@ -267,15 +262,6 @@ def build_parser() -> argparse.ArgumentParser:
     add_scan_arguments(scan)
     scan.set_defaults(handler=cmd_scan)
 
-    from icefloe.dev.local_stack import add_arguments as add_local_stack_arguments
-
-    local_stack = sub.add_parser(
-        "local-stack",
-        help="run local Kafka, Redis, DynamoDB and S3 servers until Ctrl-C (prints exports)",
-    )
-    add_local_stack_arguments(local_stack)
-    local_stack.set_defaults(handler=cmd_local_stack)
-
     return parser
 
 
@@ -283,14 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Handler = args.handler
-    try:
-        return asyncio.run(handler(args))
-    except IcefloeError as e:
-        print(f"icefloe: error: {e}", file=sys.stderr)
-        return 1
-    except (OSError, json.JSONDecodeError) as e:
-        print(f"icefloe: error: {e}", file=sys.stderr)
-        return 1
+    return run_command(handler(args))
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ from icefloe.coordinator.committer import (
     install_crash_points,
     source_key,
 )
-from icefloe.coordinator.config import CoordinatorConfig, overrides_from_args
+from icefloe.coordinator.config import CoordinatorConfig, add_arguments, overrides_from_args
 from icefloe.coordinator.maintenance import MaintenanceRunner, producer_publish, settings_from
 from icefloe.datafile import DataFile
 from icefloe.errors import (
@@ -121,6 +121,7 @@ from icefloe.events import (
     parse_event,
 )
 from icefloe.manifest_reader import ManifestReader
+from icefloe.runtime.command import run_command
 from icefloe.runtime.http import ServiceHttp
 from icefloe.snapshot import Snapshot, Summary
 
@@ -1536,9 +1537,13 @@ async def run_from_args(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m icefloe.coordinator [flags]``: the same as ``icefloe coordinator``."""
-    from icefloe.cli.main import main as cli_main
-
-    return cli_main(["coordinator", *(sys.argv[1:] if argv is None else argv)])
+    parser = argparse.ArgumentParser(
+        prog="icefloe coordinator",
+        description="the commit coordinator service (flags override ICEFLOE_*)",
+    )
+    add_arguments(parser)
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    return run_command(run_from_args(args))
 
 
 if __name__ == "__main__":

@@ -3,8 +3,8 @@
 :class:`LocalStack` starts any of tansu (Kafka), Debian's ``redis-server``, dynalite
 (DynamoDB with real conditional writes) and SeaweedFS (S3, with real conditional puts),
 each as a child process on a port the kernel hands out, and stops them by PID: SIGTERM, then SIGKILL after a grace period.
-It works as ``with LocalStack(redis=True) as stack:`` and as ``async with``; ``icefloe
-local-stack`` runs one from the command line until Ctrl-C.
+It works as ``with LocalStack(redis=True) as stack:`` and as ``async with``; ``python -m
+icefloe.dev.local_stack`` runs one from the command line until Ctrl-C.
 
 Why the care:
 
@@ -77,6 +77,7 @@ from typing import IO, Any
 from urllib.parse import urlencode
 
 from icefloe.errors import IcefloeError, ServerStartError
+from icefloe.runtime.command import run_command
 
 __all__ = [
     "HOST",
@@ -1203,12 +1204,12 @@ class LocalStack:
 
 
 # --------------------------------------------------------------------------------------
-# icefloe local-stack
+# python -m icefloe.dev.local_stack
 # --------------------------------------------------------------------------------------
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``icefloe local-stack``; with no server flag, every server starts."""
+    """Flags of ``python -m icefloe.dev.local_stack``; with no server flag, every server starts."""
     parser.add_argument("--kafka", action="store_true", help="a tansu Kafka broker")
     parser.add_argument("--redis", action="store_true", help="a redis server")
     parser.add_argument("--dynamodb", action="store_true", help="dynalite (DynamoDB API)")
@@ -1253,12 +1254,12 @@ async def run_local_stack(args: argparse.Namespace) -> int:
             sys.stdout.write(exports)
             sys.stdout.flush()
             print(
-                f"icefloe local-stack: running, logs in {stack.workdir}; Ctrl-C to stop",
+                f"local-stack: running, logs in {stack.workdir}; Ctrl-C to stop",
                 file=sys.stderr,
                 flush=True,
             )
             await stop_requested.wait()
-            print("icefloe local-stack: stopping", file=sys.stderr, flush=True)
+            print("local-stack: stopping", file=sys.stderr, flush=True)
     finally:
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(signum)
@@ -1290,10 +1291,22 @@ def _serve_moto_single_threaded(host: str, port: int) -> None:
     server.serve_forever()
 
 
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m icefloe.dev.local_stack [--kafka --redis --dynamodb --s3]``: the servers
+    until Ctrl-C (``... moto HOST PORT`` is the single-threaded moto child of a stack)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["moto"]:
+        if len(args) != 3:
+            sys.exit("usage: python -m icefloe.dev.local_stack moto HOST PORT")
+        _serve_moto_single_threaded(args[1], int(args[2]))
+        return 0
+    parser = argparse.ArgumentParser(
+        prog="python -m icefloe.dev.local_stack",
+        description="run local Kafka, Redis, DynamoDB and S3 servers until Ctrl-C (prints exports)",
+    )
+    add_arguments(parser)
+    return run_command(run_local_stack(parser.parse_args(args)))
+
+
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "moto":
-        _serve_moto_single_threaded(sys.argv[2], int(sys.argv[3]))
-    else:
-        sys.exit(
-            "usage: python -m icefloe.dev.local_stack moto HOST PORT (use `icefloe local-stack`)"
-        )
+    sys.exit(main())

@@ -427,7 +427,7 @@ def test_a_forked_child_leaves_its_parents_servers_alone() -> None:
 
 
 # --------------------------------------------------------------------------------------
-# icefloe local-stack
+# python -m icefloe.dev.local_stack
 # --------------------------------------------------------------------------------------
 
 
@@ -441,8 +441,7 @@ def test_cli_exports_endpoints_and_runs_until_signalled(
         [
             sys.executable,
             "-m",
-            "icefloe.cli",
-            "local-stack",
+            "icefloe.dev.local_stack",
             "--redis",
             "--env-file",
             str(env_file),
@@ -458,7 +457,7 @@ def test_cli_exports_endpoints_and_runs_until_signalled(
         lines: list[str] = []
         while not lines or not lines[-1].startswith("export ICEFLOE_PLANNER_CATALOG="):
             line = cli.stdout.readline()
-            assert line, f"icefloe local-stack ended early:\n{cli.stderr.read()}"
+            assert line, f"local-stack ended early:\n{cli.stderr.read()}"
             lines.append(line)
         exported = _parse_exports("".join(lines))
         assert env_file.read_text() == "".join(lines)
