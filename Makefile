@@ -3,7 +3,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/.tools/node_modules/.bin:$(PATH)
 
-.PHONY: setup demo test test-fast check lint typecheck unit bench clean
+.PHONY: setup demo test test-fast check lint typecheck imports unit bench clean
 
 setup:
 	@bash deploy/setup.sh
@@ -11,7 +11,7 @@ setup:
 demo: setup
 	$(PY) -m icefloe.dev.demo
 
-check: setup lint typecheck
+check: setup lint typecheck imports
 
 lint:
 	$(VENV)/bin/ruff check shared services tests
@@ -19,6 +19,10 @@ lint:
 
 typecheck:
 	$(VENV)/bin/mypy
+
+# The layering contracts of [tool.importlinter] in pyproject.toml.
+imports:
+	$(VENV)/bin/lint-imports
 
 test: check
 	$(PY) -m pytest -q --durations=15
@@ -33,4 +37,4 @@ bench: setup
 	$(PY) -m icefloe.dev.bench
 
 clean:
-	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .tools .pytest_cache .mypy_cache .ruff_cache .import_linter_cache

@@ -1,10 +1,14 @@
 """The dependency rule of the layout, checked on the source: the core library
 (``shared/icefloe``) imports nothing from the services (``services/icefloe``) and nothing
-that speaks Kafka, HTTP or Spark, so it stays usable, and reviewable, on its own."""
+that speaks Kafka, HTTP or Spark, so it stays usable, and reviewable, on its own.
+
+The layering between the service packages is import-linter's (``[tool.importlinter]`` in
+pyproject.toml, run by ``make check``); these tests keep its contracts covering every package."""
 
 from __future__ import annotations
 
 import ast
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,9 +30,15 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
+def service_top_level_names() -> set[str]:
+    """The names the services root adds to the ``icefloe`` namespace: packages and modules."""
+    names = {p.stem for p in SERVICES.glob("*.py")}
+    names |= {p.name for p in SERVICES.iterdir() if p.is_dir() and p.name != "__pycache__"}
+    return names
+
+
 def test_core_imports_no_service_module_and_no_service_library() -> None:
-    service_modules = {f"icefloe.{p.stem}" for p in SERVICES.glob("*.py")}
-    service_modules |= {f"icefloe.{p.name}" for p in SERVICES.iterdir() if p.is_dir()}
+    service_modules = {f"icefloe.{name}" for name in service_top_level_names()}
     core_files = sorted(CORE.rglob("*.py"))
     assert core_files, "no core modules found"
     problems = []
@@ -46,3 +56,18 @@ def test_no_module_name_is_in_both_source_roots() -> None:
     core = {p.relative_to(CORE) for p in CORE.rglob("*.py")}
     services = {p.relative_to(SERVICES) for p in SERVICES.rglob("*.py")}
     assert not (core & services), sorted(str(p) for p in core & services)
+
+
+def test_no_service_package_shadows_a_core_module() -> None:
+    """``icefloe.coordinator`` (a package) and a core ``icefloe/coordinator.py`` would clash."""
+    core = {p.stem for p in CORE.glob("*.py")} | {p.name for p in CORE.iterdir() if p.is_dir()}
+    assert not (core & service_top_level_names()), sorted(core & service_top_level_names())
+
+
+def test_the_import_contracts_cover_every_service_package() -> None:
+    """A new service package must be placed in the contracts, or the core could import it."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (protected,) = [c for c in config["contracts"] if c["type"] == "protected"]
+    assert set(protected["protected_modules"]) == {
+        f"icefloe.{name}" for name in service_top_level_names()
+    }
