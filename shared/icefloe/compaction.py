@@ -4,7 +4,7 @@ A streaming table collects small files (one or more per micro-batch and partitio
 with upserts, delete files that every reader must apply. Compaction replaces such files by
 fewer, larger ones holding the same rows, with the deletes already applied. This module
 decides *what* to rewrite, from metadata and manifests only; an engine (the Spark job in
-``icefloe.spark.compact``) reads, writes and commits. The coordinator's maintenance uses the
+``icefloe.spark.compaction``) reads, writes and commits. The coordinator's maintenance uses the
 same plan to announce candidates, so what it announces is what a compaction would do.
 
 The policy, per partition (spec and values), as Java's ``RewriteDataFiles`` bin-pack:
