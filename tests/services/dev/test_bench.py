@@ -199,7 +199,9 @@ def test_the_registry_knows_the_manifest_benchmark_and_refuses_a_second_owner() 
     def impostor(ctx: BenchContext) -> list[Figure]:
         return []
 
-    with pytest.raises(ValidationError, match=r"already registered by icefloe\.bench_manifest"):
+    with pytest.raises(
+        ValidationError, match=r"already registered by icefloe\.dev\.bench_manifest"
+    ):
         benchmark("manifest")(impostor)
     with pytest.raises(ValidationError, match="must be non-empty"):
         benchmark("has space")
