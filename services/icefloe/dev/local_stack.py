@@ -129,7 +129,7 @@ DYNAMODB_TABLE = "iceberg"
 
 SERVICES = ("kafka", "redis", "dynamodb", "s3")
 
-_REPO_ROOT = Path(__file__).resolve().parents[2]
+_REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 # --------------------------------------------------------------------------------------
