@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icefloe.errors import ValidationError
+from icefloe.type_json import field_from_json, field_to_json
 from icefloe.types import (
     BinaryType,
     BooleanType,
@@ -44,8 +45,6 @@ from icefloe.types import (
     UnknownType,
     UUIDType,
     VariantType,
-    field_from_json,
-    field_to_json,
 )
 from icefloe.values import (
     compare,
