@@ -49,6 +49,8 @@ from icefloe.expressions import (
     TransformTerm,
     UnboundPredicate,
     UnboundTerm,
+    is_bound,
+    rewrite_not,
     visit,
 )
 from icefloe.schema import Schema
@@ -97,6 +99,15 @@ def bind(schema: Schema, expr: BooleanExpression, case_sensitive: bool = True) -
     does not support (starts-with on a non-string, is-nan on a non-float).
     """
     return visit(expr, _Binder(schema, case_sensitive))
+
+
+def prepare_filter(
+    schema: Schema, expr: BooleanExpression, case_sensitive: bool = True
+) -> BooleanExpression:
+    """Bind (unless already bound) and push NOTs down: the form that projections, residuals
+    and the metrics evaluators work on."""
+    bound = expr if is_bound(expr) else bind(schema, expr, case_sensitive)
+    return rewrite_not(bound)
 
 
 def bind_reference(
@@ -613,5 +624,6 @@ __all__ = [
     "bind_predicate",
     "bind_reference",
     "bind_term",
+    "prepare_filter",
     "schema_for_struct",
 ]
