@@ -80,6 +80,7 @@ from icefloe.types import (
     UnknownType,
     UUIDType,
 )
+from icefloe.values import from_json_value
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
@@ -345,8 +346,6 @@ def _to_decimal(kind: str, value: Any, t: DecimalType) -> _Converted:
 
 
 def _from_json_text(t: PrimitiveType, value: str) -> _Converted:
-    from icefloe.values import from_json_value
-
     try:
         return _exact(from_json_value(t, value))
     except ValidationError as e:
