@@ -15,16 +15,17 @@ from hypothesis import strategies as st
 
 from icefloe.errors import CommitFailedError, UnsupportedFormatVersion, ValidationError
 from icefloe.metadata import TableMetadata, parse_table_metadata
-from icefloe.metadata_builder import (
-    AddSnapshotUpdate,
+from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
+from icefloe.metadata_requirements import (
     AssertRefSnapshotId,
-    MetadataBuilder,
+    parse_table_requirement,
+    validate_requirements,
+)
+from icefloe.metadata_updates import (
+    AddSnapshotUpdate,
     SetSnapshotRefUpdate,
     apply_updates,
-    new_table_metadata,
-    parse_table_requirement,
     parse_table_update,
-    validate_requirements,
 )
 from icefloe.partition import PartitionField, PartitionSpec
 from icefloe.schema import Schema
