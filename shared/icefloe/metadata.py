@@ -38,12 +38,12 @@ from icefloe.errors import (
     UnsupportedFormatVersion,
     ValidationError,
 )
+from icefloe.model import IcebergModel, hyphenate, model_from_json
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.schema import MAX_FIELD_ID, Schema
 from icefloe.snapshot import (
     INITIAL_SEQUENCE_NUMBER,
     MAIN_BRANCH,
-    IcebergModel,
     MetadataLogEntry,
     PartitionStatisticsFile,
     Snapshot,
@@ -52,8 +52,6 @@ from icefloe.snapshot import (
     SnapshotRefType,
     StatisticsFile,
     generate_snapshot_id,
-    hyphenate,
-    model_from_json,
 )
 from icefloe.sort_order import SortOrder
 

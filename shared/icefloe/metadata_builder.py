@@ -31,6 +31,7 @@ from icefloe.metadata import (
     TableMetadata,
     check_format_version,
 )
+from icefloe.model import model_from_json
 from icefloe.partition import INITIAL_SPEC_ID, PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.schema import Schema
 from icefloe.schema_update import assign_fresh_ids
@@ -43,7 +44,6 @@ from icefloe.snapshot import (
     SnapshotRef,
     SnapshotRefType,
     StatisticsFile,
-    model_from_json,
 )
 from icefloe.sort_order import SortOrder
 

@@ -26,10 +26,7 @@ from icefloe.errors import CommitFailedError
 from icefloe.metadata import (
     TableMetadata,
 )
-from icefloe.snapshot import (
-    hyphenate,
-    pydantic_error_to_icefloe,
-)
+from icefloe.model import hyphenate, pydantic_error_to_icefloe
 
 
 class _Requirement(BaseModel):

@@ -32,6 +32,7 @@ from icefloe.metadata import (
     TableMetadata,
 )
 from icefloe.metadata_builder import MetadataBuilder
+from icefloe.model import hyphenate, model_from_json, pydantic_error_to_icefloe
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.schema import Schema
 from icefloe.snapshot import (
@@ -40,9 +41,6 @@ from icefloe.snapshot import (
     SnapshotRef,
     SnapshotRefType,
     StatisticsFile,
-    hyphenate,
-    model_from_json,
-    pydantic_error_to_icefloe,
 )
 from icefloe.sort_order import SortOrder
 

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icefloe.errors import ValidationError
+from icefloe.model import hyphenate
 from icefloe.snapshot import (
     MAIN_BRANCH,
     BlobMetadata,
@@ -23,7 +24,6 @@ from icefloe.snapshot import (
     StatisticsFile,
     Summary,
     generate_snapshot_id,
-    hyphenate,
     update_totals,
 )
 
