@@ -5,6 +5,7 @@ that speaks Kafka, HTTP or Spark, so it stays usable, and reviewable, on its own
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,7 +136,9 @@ def import_cycles(graph: dict[str, set[str]]) -> set[tuple[str, ...]]:
     return cycles
 
 
+@functools.cache
 def core_import_graph() -> dict[str, set[str]]:
+    """Core module → the core modules it imports (parsed once per test session)."""
     modules = core_modules()
     return {name: core_imports(name, path, modules) for name, path in modules.items()}
 

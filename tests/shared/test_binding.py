@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.binding import bind, bind_reference, schema_for_struct
 from icefloe.errors import ValidationError
 from icefloe.evaluators import Evaluator
@@ -346,7 +347,7 @@ _NUMBERS = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     st.sampled_from([*_ORDERS, Operation.NOT_EQ]),
     st.sampled_from(["i", "r", "dec"]),
@@ -386,7 +387,7 @@ def test_bound_comparisons_are_exact(op: Operation, column: str, value: Any, xs:
         assert evaluator.eval(row) == expected, (op, column, value, x)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.sampled_from([Operation.IN, Operation.NOT_IN]),
     st.lists(_NUMBERS, max_size=4),
