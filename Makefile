@@ -29,7 +29,8 @@ test: check
 # 2 cores. CI runs `make test`, with every example.
 test-fast: setup
 	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not integration and not interop" \
-		tests/shared tests/test_layering.py tests/services/test_table_batcher.py
+		tests/shared tests/test_layering.py tests/test_hypothesis_budget.py \
+		tests/services/test_table_batcher.py
 
 bench: setup
 	$(PY) -m icefloe.bench
