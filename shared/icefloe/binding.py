@@ -613,16 +613,10 @@ class _Binder(RebuildingVisitor):
         return predicate
 
 
-def schema_for_struct(struct: StructType) -> Schema:
-    """A schema over a struct (such as a partition type), so expressions can bind to it."""
-    return Schema(*struct.fields)
-
-
 __all__ = [
     "bind",
     "bind_predicate",
     "bind_reference",
     "bind_term",
     "prepare_filter",
-    "schema_for_struct",
 ]

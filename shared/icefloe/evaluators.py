@@ -29,7 +29,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
-from icefloe.binding import bind, prepare_filter, schema_for_struct
+from icefloe.binding import bind, prepare_filter
 from icefloe.datafile import DataFile
 from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.expressions import (
@@ -294,7 +294,7 @@ class ManifestEvaluator:
     ) -> None:
         if not is_bound(partition_filter):
             partition_filter = bind(
-                schema_for_struct(partition_type), partition_filter, case_sensitive
+                Schema.from_struct(partition_type), partition_filter, case_sensitive
             )
         self.partition_type = partition_type
         self.partition_filter = rewrite_not(partition_filter)

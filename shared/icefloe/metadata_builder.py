@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from uuid import UUID, uuid4
 
 from icefloe.errors import ValidationError
+from icefloe.format_version import check_format_version
 from icefloe.metadata import (
     DEFAULT_FORMAT_VERSION,
     INITIAL_ROW_ID,
@@ -29,7 +30,6 @@ from icefloe.metadata import (
     UNSORTED_ORDER_ID,
     EncryptedKey,
     TableMetadata,
-    check_format_version,
 )
 from icefloe.model import model_from_json
 from icefloe.partition import INITIAL_SPEC_ID, PARTITION_FIELD_ID_START, PartitionSpec

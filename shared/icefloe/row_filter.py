@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from icefloe.binding import bind, schema_for_struct
+from icefloe.binding import bind
 from icefloe.errors import ValidationError
 from icefloe.expressions import (
     AlwaysFalse,
@@ -142,7 +142,7 @@ class Evaluator:
         expr: BooleanExpression,
         case_sensitive: bool = True,
     ) -> None:
-        schema = struct if isinstance(struct, Schema) else schema_for_struct(struct)
+        schema = struct if isinstance(struct, Schema) else Schema.from_struct(struct)
         self.expr = expr if is_bound(expr) else bind(schema, expr, case_sensitive)
         self._test = compile_row_filter(self.expr)
 

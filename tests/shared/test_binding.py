@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.binding import bind, bind_reference, schema_for_struct
+from icefloe.binding import bind, bind_reference
 from icefloe.errors import ValidationError
 from icefloe.evaluators import Evaluator
 from icefloe.expressions import (
@@ -316,9 +316,9 @@ def test_structure_is_kept() -> None:
     assert bind(SCHEMA, And(EqualTo("i", 1), EqualTo("i", 2**40))) == AlwaysFalse()
 
 
-def test_schema_for_struct() -> None:
+def test_binds_to_a_schema_over_a_struct() -> None:
     struct = StructType(NestedField(1000, "ts_day", DateType()))
-    assert isinstance(bind(schema_for_struct(struct), EqualTo("ts_day", 1)), BoundLiteralPredicate)
+    assert isinstance(bind(Schema.from_struct(struct), EqualTo("ts_day", 1)), BoundLiteralPredicate)
 
 
 # -- the law: a bound comparison means exactly what the unbound one says -------------------------
