@@ -28,17 +28,15 @@ from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.fileio import LocalFileIO
 from icefloe.parquet import (
     MemoryOutputs,
-    MetricsConfig,
-    MetricsMode,
     ParquetFileWriter,
-    ParquetWriteOptions,
-    compute_metrics,
     partition_table,
     read_data_file,
     write_data_file,
     write_files,
     write_partitioned,
 )
+from icefloe.parquet_metrics import compute_metrics
+from icefloe.parquet_options import MetricsConfig, MetricsMode, ParquetWriteOptions
 from icefloe.partition import PartitionField, PartitionSpec
 from icefloe.schema import Schema
 from icefloe.sort_order import NullOrder, SortDirection, SortField, SortOrder
