@@ -38,7 +38,7 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.format_version import check_format_version, check_format_version_in
-from icefloe.model import IcebergModel, hyphenate, model_from_json
+from icefloe.model import IcebergModel, model_from_json
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.schema import MAX_FIELD_ID, Schema
 from icefloe.snapshot import (
@@ -224,13 +224,7 @@ def _parse_items(value: Any, name: str, parse: Any, kind: type) -> Any:
 class TableMetadata(IcebergModel):
     """The state of a table at one commit: schemas, specs, sort orders, snapshots and refs."""
 
-    model_config = ConfigDict(
-        alias_generator=hyphenate,
-        populate_by_name=True,
-        frozen=True,
-        extra="ignore",
-        arbitrary_types_allowed=True,
-    )
+    model_config = ConfigDict(arbitrary_types_allowed=True)  # merged with IcebergModel's
 
     format_version: StrictInt
     table_uuid: uuid.UUID | None = None

@@ -12,10 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-import pydantic
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     StrictInt,
     StrictStr,
@@ -26,14 +23,10 @@ from icefloe.errors import CommitFailedError
 from icefloe.metadata import (
     TableMetadata,
 )
-from icefloe.model import hyphenate, pydantic_error_to_icefloe
+from icefloe.model import IcebergModel, union_from_json
 
 
-class _Requirement(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=hyphenate, populate_by_name=True, frozen=True, extra="ignore"
-    )
-
+class _Requirement(IcebergModel):
     def validate(self, base: TableMetadata | None) -> None:  # type: ignore[override]
         raise NotImplementedError  # pragma: no cover - every requirement overrides
 
@@ -180,10 +173,7 @@ def parse_table_requirement(obj: Any) -> TableRequirement:
     if isinstance(obj, _Requirement):
         return obj  # type: ignore[return-value]
     what = f"table requirement {obj.get('type')!r}" if isinstance(obj, dict) else "requirement"
-    try:
-        return _REQUIREMENT_ADAPTER.validate_python(obj)
-    except pydantic.ValidationError as e:
-        raise pydantic_error_to_icefloe(e, what) from None
+    return union_from_json(_REQUIREMENT_ADAPTER, obj, what)
 
 
 def validate_requirements(

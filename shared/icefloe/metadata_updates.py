@@ -13,9 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
-import pydantic
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     StrictInt,
@@ -32,7 +30,7 @@ from icefloe.metadata import (
     TableMetadata,
 )
 from icefloe.metadata_builder import MetadataBuilder
-from icefloe.model import hyphenate, model_from_json, pydantic_error_to_icefloe
+from icefloe.model import IcebergModel, model_from_json, union_from_json
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.schema import Schema
 from icefloe.snapshot import (
@@ -45,20 +43,11 @@ from icefloe.snapshot import (
 from icefloe.sort_order import SortOrder
 
 
-class _Update(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=hyphenate,
-        populate_by_name=True,
-        frozen=True,
-        extra="ignore",
-        arbitrary_types_allowed=True,
-    )
+class _Update(IcebergModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)  # Schema, PartitionSpec, ...
 
     def apply(self, builder: MetadataBuilder) -> None:
         raise NotImplementedError  # pragma: no cover - every action overrides
-
-    def to_json(self) -> dict[str, Any]:
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 class AssignUUIDUpdate(_Update):
@@ -386,10 +375,7 @@ def parse_table_update(obj: Any) -> TableUpdate:
     if isinstance(obj, _Update):
         return obj  # type: ignore[return-value]
     what = f"table update {obj.get('action')!r}" if isinstance(obj, dict) else "table update"
-    try:
-        return _UPDATE_ADAPTER.validate_python(obj)
-    except pydantic.ValidationError as e:
-        raise pydantic_error_to_icefloe(e, what) from None
+    return union_from_json(_UPDATE_ADAPTER, obj, what)
 
 
 def apply_updates(

@@ -13,11 +13,12 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import pydantic
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from icefloe.errors import IcefloeError, ValidationError
 
 M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
 
 
 def hyphenate(name: str) -> str:
@@ -88,6 +89,15 @@ def pydantic_error_to_icefloe(err: pydantic.ValidationError, what: str) -> Icefl
     return ValidationError(text)
 
 
+def union_from_json(adapter: TypeAdapter[T], obj: Any, what: str) -> T:
+    """Validate ``obj`` into one of a discriminated union of models (REST updates and
+    requirements), raising an icefloe error instead of pydantic's."""
+    try:
+        return adapter.validate_python(obj)
+    except pydantic.ValidationError as e:
+        raise pydantic_error_to_icefloe(e, what) from None
+
+
 def model_from_json(cls: type[M], obj: Any, what: str) -> M:
     """Validate ``obj`` into ``cls``, raising an icefloe error instead of pydantic's."""
     try:
@@ -102,4 +112,5 @@ __all__ = [
     "hyphenate",
     "model_from_json",
     "pydantic_error_to_icefloe",
+    "union_from_json",
 ]
