@@ -28,10 +28,13 @@ test: check
 	$(PY) -m pytest -q --durations=15
 
 # The fast tier, to run constantly while developing: the core's unit tests and the
-# coordinator's state machines, no servers, fewer Hypothesis examples. CI runs `make test`.
+# coordinator's state machines, no servers, a fifth of the Hypothesis examples (the `fast`
+# profile; tests ask for examples(N), see tests/hypothesis_budget.py). Under a minute on
+# 2 cores. CI runs `make test`, with every example.
 test-fast: setup
 	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not integration and not interop" \
-		tests/shared tests/test_layering.py tests/services/coordinator/test_table_batcher.py
+		tests/shared tests/test_layering.py tests/test_hypothesis_budget.py \
+		tests/services/coordinator/test_table_batcher.py
 
 bench: setup
 	$(PY) -m icefloe.dev.bench

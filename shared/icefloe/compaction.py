@@ -52,7 +52,7 @@ from icefloe.evaluators import MetricsEvaluator, compile_row_filter
 from icefloe.expressions import AlwaysTrue, BooleanExpression
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
-from icefloe.parquet import DEFAULT_TARGET_FILE_SIZE_BYTES, TARGET_FILE_SIZE_BYTES
+from icefloe.parquet_options import DEFAULT_TARGET_FILE_SIZE_BYTES, TARGET_FILE_SIZE_BYTES
 from icefloe.projection import inclusive_projection
 from icefloe.row_lineage import LINEAGE_NAMES
 from icefloe.snapshot import MAIN_BRANCH, Snapshot

@@ -32,15 +32,13 @@ from icefloe.errors import (
     UnsupportedOperationError,
     ValidationError,
 )
-from icefloe.metadata_builder import (
+from icefloe.metadata_requirements import (
     AssertCreate,
     TableRequirement,
-    TableUpdate,
-    apply_updates,
     parse_table_requirement,
-    parse_table_update,
     validate_requirements,
 )
+from icefloe.metadata_updates import TableUpdate, apply_updates, parse_table_update
 
 log = logging.getLogger(__name__)
 

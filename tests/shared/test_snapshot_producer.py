@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import Table, TableIdentifier, metadata_dir
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.commit import (
@@ -828,7 +829,7 @@ def test_retry_policy_from_table_properties() -> None:
         RetryPolicy.from_properties({MIN_WAIT_MS: "-1"})
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     min_wait=st.integers(0, 10_000),
     max_wait=st.integers(0, 100_000),

@@ -54,7 +54,8 @@ from icefloe.errors import (
 )
 from icefloe.maintenance import purge_table_files
 from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import SetLocationUpdate, SetPropertiesUpdate, new_table_metadata
+from icefloe.metadata_builder import new_table_metadata
+from icefloe.metadata_updates import SetLocationUpdate, SetPropertiesUpdate
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.planner.auth import (
     OAUTH_PATH,

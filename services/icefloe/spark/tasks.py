@@ -83,13 +83,11 @@ from icefloe.expressions import (
     visit,
 )
 from icefloe.fileio import FileIO, load_file_io, parse_location
-from icefloe.parquet import (
+from icefloe.parquet import ParquetFileWriter, partition_table, read_data_file
+from icefloe.parquet_options import (
     DEFAULT_TARGET_FILE_SIZE_BYTES,
     TARGET_FILE_SIZE_BYTES,
-    ParquetFileWriter,
     ParquetWriteOptions,
-    partition_table,
-    read_data_file,
 )
 from icefloe.partition import PartitionSpec
 from icefloe.row_lineage import with_lineage_fields, with_row_lineage
