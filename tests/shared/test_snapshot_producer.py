@@ -837,7 +837,7 @@ def test_retry_policy_from_table_properties() -> None:
 )
 def test_backoff_stays_within_its_bounds(min_wait: int, max_wait: int, attempt: int) -> None:
     policy = RetryPolicy(num_retries=1, min_wait_ms=min_wait, max_wait_ms=max_wait)
-    wait_ms = policy.backoff_seconds(attempt) * 1000
+    wait_ms = policy.backoff.delay(attempt) * 1000
     ceiling = max(min_wait, min(max_wait, min_wait * 2**attempt))
     assert min_wait - 1e-6 <= wait_ms <= ceiling + 1e-6
 
