@@ -85,7 +85,7 @@ class Retry:
 
     def is_transient(self, error: BaseException) -> bool:
         """Whether ``error`` is worth another attempt (cancellation never is)."""
-        if isinstance(error, asyncio.CancelledError) or isinstance(error, self.permanent):
+        if isinstance(error, (asyncio.CancelledError, self.permanent)):
             return False
         return isinstance(error, self.transient)
 

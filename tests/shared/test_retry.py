@@ -7,9 +7,9 @@ import asyncio
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.hypothesis_budget import examples
 
 from icefloe.retry import Backoff, Retry, RetryEvent
-from tests.hypothesis_budget import examples
 
 delays = st.floats(0, 3600, allow_nan=False, allow_infinity=False)
 

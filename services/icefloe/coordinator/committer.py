@@ -92,6 +92,7 @@ from icefloe.manifest import ManifestEntryStatus
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
 from icefloe.projection import inclusive_projection, strict_projection
+from icefloe.retry import Backoff, Retry, RetryEvent, RetryState
 from icefloe.schema import Schema
 from icefloe.snapshot import Operation, Snapshot
 from icefloe.snapshot_producer import FileFilter, SnapshotProducer
@@ -782,7 +783,10 @@ class TableCommitter:
         """
         outcome = CommitOutcome(self.table)
         remaining = list(units)
-        failures = 0
+        # Two kinds of retry, one utility: lost swaps are retried inside producer.commit
+        # under the table's commit.retry.* policy (icefloe.commit); what still fails here
+        # (storage, catalog, a conflict storm) is retried below, forever, on a fresh base.
+        transient = self._transient_retry().start()
         while remaining:
             token = _COMMITTING.set(self.crash)
             producer: _UnitsProducer | None = None
@@ -818,16 +822,16 @@ class TableCommitter:
                         outcome.rejected.append((unit, EventRejectedError("unknown-table", f"{e}")))
                     remaining = []
                     continue
-                failures = await self._backoff(e, failures)
+                await self._backoff(e, transient)
                 continue
             except (CommitFailedError, CommitStateUnknownError) as e:
                 outcome.stats.conflicts += 1
-                failures = await self._backoff(e, failures)
+                await self._backoff(e, transient)
                 continue
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # storage or catalog trouble: never drop the units
-                failures = await self._backoff(e, failures)
+                await self._backoff(e, transient)
                 continue
             finally:
                 _COMMITTING.reset(token)
@@ -873,25 +877,33 @@ class TableCommitter:
             return False
         return False
 
-    async def _backoff(self, error: Exception, failures: int) -> int:
-        failures += 1
+    def _transient_retry(self) -> Retry:
+        """The table's commit backoff, capped at 30s (and at 256 times its minimum)."""
         policy = self.retry_policy or RetryPolicy()
-        delay = min(policy.backoff_seconds(min(failures, 8)), 30.0)
-        log.warning(
-            "commit to %s failed (%s: %s); retrying in %.2fs",
-            self.name,
-            type(error).__name__,
-            error,
-            delay,
-            extra={"table": self.name, "failures": failures},
-        )
-        await asyncio.sleep(delay)
+        base = policy.backoff.base_s
+        cap_s = 30.0
+        backoff = Backoff(min(base, cap_s), min(policy.backoff.max_s, base * 256, cap_s))
+
+        def on_retry(event: RetryEvent) -> None:
+            log.warning(
+                "commit to %s failed (%s: %s); retrying in %.2fs",
+                self.name,
+                type(event.error).__name__,
+                event.error,
+                event.delay_s,
+                extra={"table": self.name, "failures": event.failures},
+            )
+
+        return Retry(backoff, on_retry=on_retry)
+
+    async def _backoff(self, error: Exception, transient: RetryState) -> None:
+        """Wait before the next attempt (never gives up: the caller cancels), then reload."""
+        await transient.backoff(error)
         self.table = None
         try:
             await self.load()
         except Exception as e:  # the next round reports it again
             log.warning("reloading %s failed: %s", self.name, e, extra={"table": self.name})
-        return failures
 
     async def check_units(self, table: Table, units: Sequence[Unit]) -> None:
         """The re-check before each attempt: raise _Reshape if the base already holds some

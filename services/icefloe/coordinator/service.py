@@ -121,6 +121,7 @@ from icefloe.events import (
     parse_event,
 )
 from icefloe.manifest_reader import ManifestReader
+from icefloe.retry import Backoff, Retry, RetryEvent
 from icefloe.runtime.command import run_command
 from icefloe.runtime.http import ServiceHttp
 from icefloe.snapshot import Snapshot, Summary
@@ -134,12 +135,11 @@ _WORKER_RESTART_S = 1.0
 _INTAKE_SLICE_S = 0.05
 _INTAKE_BATCH = 128
 _CONCURRENT_CHECKS = 16
-_DEAD_LETTER_RETRY_MAX_S = 60.0
 _MAX_REQUEST_BYTES = 64 << 20
 
 
-def _backoff(failures: int) -> float:
-    return min(_BACKOFF_MAX_S, _BACKOFF_MIN_S * (2 ** min(failures, 10)))
+# Retries of storage, catalog and Kafka calls: 0.2s, 0.4s, ... up to 10s, until they pass.
+_BACKOFF = Backoff(_BACKOFF_MIN_S, _BACKOFF_MAX_S, jitter=False)
 
 
 # -- metrics -----------------------------------------------------------------------------
@@ -450,29 +450,22 @@ class TableWorker:
 
     async def _retrying(self, what: str, action: Callable[[], Awaitable[Any]]) -> Any:
         """Run ``action`` until it stops failing for reasons outside the event."""
-        failures = 0
-        while True:
-            try:
-                return await action()
-            except (EventRejectedError, NotFoundError):
-                raise
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                if self.partition.revoked:
-                    raise _Revoked() from e
-                failures += 1
-                delay = _backoff(failures)
-                log.warning(
-                    "%s for %s failed (%s: %s); retrying in %.1fs",
-                    what,
-                    self.table,
-                    type(e).__name__,
-                    e,
-                    delay,
-                    extra=self._extra(),
-                )
-                await asyncio.sleep(delay)
+
+        def on_retry(event: RetryEvent) -> None:
+            if self.partition.revoked:
+                raise _Revoked() from event.error
+            log.warning(
+                "%s for %s failed (%s: %s); retrying in %.1fs",
+                what,
+                self.table,
+                type(event.error).__name__,
+                event.error,
+                event.delay_s,
+                extra=self._extra(),
+            )
+
+        policy = Retry(_BACKOFF, permanent=(EventRejectedError, NotFoundError), on_retry=on_retry)
+        return await policy.call(action)
 
     # -- events ----------------------------------------------------------------------------
 
@@ -1391,18 +1384,20 @@ class Coordinator:
 
     async def _send_until_acked(self, topic: str, value: bytes, key: bytes | None) -> None:
         assert self.producer is not None
-        failures = 0
-        while True:
-            try:
-                await self.producer.send_and_wait(topic, value=value, key=key)
-                return
-            except MessageSizeTooLargeError:
-                raise
-            except KafkaError as e:
-                failures += 1
-                delay = _backoff(failures)
-                log.warning("producing to %s failed (%s); retrying in %.1fs", topic, e, delay)
-                await asyncio.sleep(delay)
+        producer = self.producer
+
+        def on_retry(event: RetryEvent) -> None:
+            log.warning(
+                "producing to %s failed (%s); retrying in %.1fs", topic, event.error, event.delay_s
+            )
+
+        policy = Retry(
+            _BACKOFF,
+            transient=(KafkaError,),
+            permanent=(MessageSizeTooLargeError,),
+            on_retry=on_retry,
+        )
+        await policy.call(lambda: producer.send_and_wait(topic, value=value, key=key))
 
     async def publish_results(self, messages: Sequence[TableCommitted]) -> None:
         await asyncio.gather(
@@ -1456,31 +1451,29 @@ class Coordinator:
         )
         letter = self._dead_letter_value(ps, event, error, table)
         value = encode_event(letter)
-        failures = 0
-        while True:
-            try:
-                await self._send_until_acked(self.config.dead_letter_topic, value, event.key)
-                return
-            except MessageSizeTooLargeError as e:
-                # Never cut the original and never drop it: the event stays not done (its
-                # offset is held) until the dead-letter topic accepts it, loudly.
-                failures += 1
-                self.metrics.dead_letters_too_large.inc()
-                delay = min(_DEAD_LETTER_RETRY_MAX_S, _backoff(failures))
-                log.error(
-                    "dead letter for offset %d of %s (%d bytes) is larger than the "
-                    "dead-letter topic %r accepts (%s): raise that topic's max.message.bytes "
-                    "(and the brokers' message.max.bytes); retrying in %.0fs, the partition's "
-                    "offset is held until then",
-                    event.offset,
-                    ps.source,
-                    len(value),
-                    self.config.dead_letter_topic,
-                    e,
-                    delay,
-                    extra={"partition": ps.source, "offset": event.offset, "bytes": len(value)},
-                )
-                await asyncio.sleep(delay)
+
+        def on_too_large(retry: RetryEvent) -> None:
+            # Never cut the original and never drop it: the event stays not done (its
+            # offset is held) until the dead-letter topic accepts it, loudly.
+            self.metrics.dead_letters_too_large.inc()
+            log.error(
+                "dead letter for offset %d of %s (%d bytes) is larger than the "
+                "dead-letter topic %r accepts (%s): raise that topic's max.message.bytes "
+                "(and the brokers' message.max.bytes); retrying in %.0fs, the partition's "
+                "offset is held until then",
+                event.offset,
+                ps.source,
+                len(value),
+                self.config.dead_letter_topic,
+                retry.error,
+                retry.delay_s,
+                extra={"partition": ps.source, "offset": event.offset, "bytes": len(value)},
+            )
+
+        policy = Retry(_BACKOFF, transient=(MessageSizeTooLargeError,), on_retry=on_too_large)
+        await policy.call(
+            lambda: self._send_until_acked(self.config.dead_letter_topic, value, event.key)
+        )
 
     def _dead_letter_loose(
         self, ps: PartitionState, record: _Record, error: EventRejectedError

@@ -36,6 +36,7 @@ from icefloe.expressions import (
 )
 from icefloe.expressions import visit as visit_expression
 from icefloe.metadata import TableMetadata
+from icefloe.retry import Backoff, Retry
 from icefloe.spark.channel import _BACKGROUND, ConfigArg, _settings
 from icefloe.spark.config import SparkConfig
 from icefloe.spark.tasks import (
@@ -59,8 +60,9 @@ _STATS_KEYS = (
     "lower-bounds",
     "upper-bounds",
 )
-_PLAN_POLL_MIN_S = 0.05
-_PLAN_POLL_MAX_S = 2.0
+# Polls of a submitted plan, and waits for the planner to see a snapshot: 0.05s, 0.1s, ...
+# up to 2s (the first wait is twice the base, so the base is half of it).
+_PLAN_POLL = Backoff(0.025, 2.0, jitter=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -153,7 +155,7 @@ class PlannerClient:
             try:
                 result = await self._call(session, "POST", url, dict(request), what)
                 plan_id = result.get("plan-id")
-                delay = _PLAN_POLL_MIN_S
+                polls = 0
                 while result.get("status") == "submitted":
                     if plan_id is None:
                         raise PlanningError(f"{what}: 'submitted' without a plan-id")
@@ -161,8 +163,8 @@ class PlannerClient:
                         raise PlanningError(
                             f"{what}: plan {plan_id} not completed within {self.timeout_s:g}s"
                         )
-                    await asyncio.sleep(delay)
-                    delay = min(_PLAN_POLL_MAX_S, delay * 2)
+                    polls += 1
+                    await asyncio.sleep(_PLAN_POLL.delay(polls))
                     result = await self._call(
                         session, "GET", f"{url}/{quote(plan_id, safe='')}", what=what
                     )
@@ -266,16 +268,8 @@ async def _plan_when_visible(
     its refresh interval: right after a commit it may not know the snapshot (or the table)
     yet, and answers 404 for something that exists. Read-your-writes is worth a short wait.
     """
-    deadline = time.monotonic() + wait_s
-    delay = _PLAN_POLL_MIN_S
-    while True:
-        try:
-            return await planner.plan(identifier, request)
-        except NotFoundError:
-            if time.monotonic() + delay > deadline:
-                raise
-            await asyncio.sleep(delay)
-            delay = min(_PLAN_POLL_MAX_S, delay * 2)
+    policy = Retry(_PLAN_POLL, transient=(NotFoundError,), deadline_s=wait_s)
+    return await policy.call(lambda: planner.plan(identifier, request))
 
 
 def _planner(settings: SparkConfig) -> PlannerClient:
