@@ -14,41 +14,30 @@ Batching limits here are defaults: a table overrides them with the table propert
 from __future__ import annotations
 
 import argparse
-import ssl
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from icefloe.commit_index import DEDUP_WINDOW_MS_DEFAULT
 from icefloe.runtime import kafka as kafka_settings
 from icefloe.runtime import settings as settings_flags
-from icefloe.runtime.kafka import SaslMechanism, SecurityProtocol
+from icefloe.runtime.kafka import KafkaSettings
 
 ENV_PREFIX = "ICEFLOE_"
 
 
-class CoordinatorConfig(BaseSettings):
+class CoordinatorConfig(BaseSettings, KafkaSettings):
     """Everything the coordinator needs to run; see the module docstring for precedence."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX, extra="ignore", frozen=True, populate_by_name=True
     )
 
-    # -- Kafka connection -------------------------------------------------------------------
-    brokers: str = Field("localhost:9092", min_length=1, description="host:port[,host:port]")
-    client_id: str = "icefloe-coordinator"
-    security_protocol: SecurityProtocol | None = Field(
-        None, description="default: derived from the SASL and TLS settings"
-    )
-    sasl_mechanism: SaslMechanism | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    tls_cafile: str | None = None
-    tls_certfile: str | None = None
-    tls_keyfile: str | None = None
-    tls_key_password: SecretStr | None = None
+    # -- Kafka connection (the rest: icefloe.runtime.kafka.KafkaSettings) --------------------
+    brokers: str = kafka_settings.brokers_field("localhost:9092")
+    client_id: str = kafka_settings.client_id_field("icefloe-coordinator")
 
     # -- topics and group -------------------------------------------------------------------
     events_topic: str = Field("icefloe.events", min_length=1)
@@ -111,8 +100,6 @@ class CoordinatorConfig(BaseSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> CoordinatorConfig:
-        kafka_settings.check_sasl(self.sasl_mechanism, self.sasl_username, self.sasl_password)
-        kafka_settings.check_client_certificate(self.tls_certfile, self.tls_keyfile)
         topics = [self.events_topic, self.results_topic, self.dead_letter_topic]
         if len(set(topics)) != len(topics):
             raise ValueError(f"events, results and dead-letter topics must differ, got {topics}")
@@ -127,34 +114,6 @@ class CoordinatorConfig(BaseSettings):
         return settings_flags.load_settings(cls, overrides, ENV_PREFIX, "coordinator")
 
     # -- derived ----------------------------------------------------------------------------
-
-    @property
-    def effective_security_protocol(self) -> SecurityProtocol:
-        tls = self.tls_cafile is not None or self.tls_certfile is not None
-        return kafka_settings.derive_security_protocol(
-            self.security_protocol, self.sasl_mechanism, tls
-        )
-
-    def ssl_context(self) -> ssl.SSLContext | None:
-        """A client TLS context when the protocol uses TLS (system CAs unless a CA file)."""
-        if not kafka_settings.uses_tls(self.effective_security_protocol):
-            return None
-        return kafka_settings.client_ssl_context(
-            self.tls_cafile, self.tls_certfile, self.tls_keyfile, self.tls_key_password
-        )
-
-    def kafka_options(self) -> dict[str, Any]:
-        """Connection keyword arguments shared by aiokafka's consumer, producer and admin."""
-        return kafka_settings.connection_options(
-            brokers=self.brokers,
-            client_id=self.client_id,
-            security_protocol=self.effective_security_protocol,
-            ssl_context=self.ssl_context(),
-            sasl_mechanism=self.sasl_mechanism,
-            sasl_username=self.sasl_username,
-            sasl_password=self.sasl_password,
-        )
-
     @property
     def effective_heartbeat_interval_ms(self) -> int:
         return self.heartbeat_interval_ms or max(10, self.session_timeout_ms // 3)

@@ -11,18 +11,18 @@ import argparse
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from icefloe.errors import ValidationError
 from icefloe.runtime import kafka as kafka_settings
 from icefloe.runtime import settings as settings_flags
-from icefloe.runtime.kafka import SaslMechanism, SecurityProtocol
+from icefloe.runtime.kafka import KafkaSettings
 
 ENV_PREFIX = "ICEFLOE_PLANNER_"
 
 
-class PlannerConfig(BaseSettings):
+class PlannerConfig(BaseSettings, KafkaSettings):
     """Everything the planner needs to run; see the module docstring for precedence."""
 
     model_config = SettingsConfigDict(
@@ -110,25 +110,11 @@ class PlannerConfig(BaseSettings):
     )
     warehouse: str | None = Field(None, description="advertised in the config defaults")
 
-    # -- Kafka (optional) ---------------------------------------------------------------------
-    brokers: str | None = Field(None, description="host:port[,host:port]; unset: poll only")
+    # -- Kafka (optional; unset brokers: poll only; see icefloe.runtime.kafka) ----------------
+    client_id: str = kafka_settings.client_id_field("icefloe-planner")
     results_topic: str = Field("icefloe.results", min_length=1)
-    client_id: str = "icefloe-planner"
-    security_protocol: SecurityProtocol | None = None
-    sasl_mechanism: SaslMechanism | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    tls_cafile: str | None = None
-    tls_certfile: str | None = None
-    tls_keyfile: str | None = None
 
     log_level: str = "INFO"
-
-    @model_validator(mode="after")
-    def _consistent(self) -> PlannerConfig:
-        kafka_settings.check_sasl(self.sasl_mechanism, self.sasl_username, self.sasl_password)
-        kafka_settings.check_client_certificate(self.tls_certfile, self.tls_keyfile)
-        return self
 
     @classmethod
     def load(cls, overrides: Mapping[str, Any] | None = None) -> PlannerConfig:
@@ -144,31 +130,10 @@ class PlannerConfig(BaseSettings):
     def refresh_interval_s(self) -> float:
         return self.refresh_interval_ms / 1000.0
 
-    @property
-    def effective_security_protocol(self) -> SecurityProtocol:
-        tls = self.tls_cafile is not None or self.tls_certfile is not None
-        return kafka_settings.derive_security_protocol(
-            self.security_protocol, self.sasl_mechanism, tls
-        )
-
-    def kafka_options(self) -> dict[str, Any]:
-        """Connection keyword arguments for aiokafka's consumer."""
+    def require_brokers(self) -> str:
         if not self.brokers:
             raise ValidationError(f"{ENV_PREFIX}BROKERS is not set")
-        protocol = self.effective_security_protocol
-        return kafka_settings.connection_options(
-            brokers=self.brokers,
-            client_id=self.client_id,
-            security_protocol=protocol,
-            ssl_context=kafka_settings.client_ssl_context(
-                self.tls_cafile, self.tls_certfile, self.tls_keyfile
-            )
-            if kafka_settings.uses_tls(protocol)
-            else None,
-            sasl_mechanism=self.sasl_mechanism,
-            sasl_username=self.sasl_username,
-            sasl_password=self.sasl_password,
-        )
+        return self.brokers
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,10 +1,13 @@
 """How icefloe's services and Spark jobs connect to Kafka: brokers, SASL, TLS, protocol.
 
-The coordinator, the planner and the Spark jobs each declare the connection settings they
-accept as fields of their own settings class (their environment variables and flags differ,
-and a job needs fewer of them), but they must agree on what those settings mean: which
-security protocol an unset one defaults to, which combinations are refused, and what
-keyword arguments aiokafka is given. Those rules live here, once.
+:class:`KafkaSettings` is the one connection settings model: the coordinator's, the
+planner's and the Spark jobs' settings classes inherit its fields, so they accept the same
+settings under the same names (``brokers``, ``sasl_mechanism``, ``tls_cafile``, ...; each
+under its service's environment prefix: ``ICEFLOE_BROKERS``, ``ICEFLOE_PLANNER_BROKERS``,
+``spark.icefloe.brokers``) and agree on what they mean: which security protocol an unset
+one defaults to, which combinations are refused, and what keyword arguments aiokafka is
+given. The secrets (``sasl_password``, ``tls_key_password``) come from the environment or a
+secrets file only, never from a flag (:mod:`icefloe.runtime.settings`).
 """
 
 from __future__ import annotations
@@ -12,7 +15,9 @@ from __future__ import annotations
 import ssl
 from typing import Any, Literal
 
-from pydantic import SecretStr
+from pydantic import BaseModel, Field, SecretStr, model_validator
+
+from icefloe.errors import ValidationError
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -90,11 +95,112 @@ def connection_options(
     return options
 
 
+def brokers_field(default: str | None) -> Any:
+    """The ``brokers`` field with a service's default (None: Kafka is optional there)."""
+    return Field(default, min_length=1, description=BROKERS_HELP)
+
+
+def client_id_field(default: str) -> Any:
+    """The ``client_id`` field with a service's default."""
+    return Field(default, min_length=1, description=CLIENT_ID_HELP)
+
+
+BROKERS_HELP = "Kafka bootstrap servers, host:port[,host:port]"
+CLIENT_ID_HELP = "client id the brokers see (logs, quotas)"
+
+
+class KafkaSettings(BaseModel):
+    """The Kafka connection settings, inherited by each service's settings class.
+
+    A service re-declares ``brokers`` (with :func:`brokers_field`) and ``client_id`` (with
+    :func:`client_id_field`) to give them its defaults, and may override
+    :meth:`require_brokers` to say where its brokers are set.
+    """
+
+    brokers: str | None = brokers_field(None)
+    client_id: str = client_id_field("icefloe")
+    security_protocol: SecurityProtocol | None = Field(
+        default=None, description="default: derived from the SASL and TLS settings"
+    )
+    sasl_mechanism: SaslMechanism | None = Field(
+        default=None, description="SASL mechanism; needs sasl_username and sasl_password"
+    )
+    sasl_username: str | None = Field(default=None, description="SASL user name")
+    sasl_password: SecretStr | None = Field(
+        default=None, description="SASL password (environment or secrets file only)"
+    )
+    tls_cafile: str | None = Field(
+        default=None, description="CA bundle (PEM) for the brokers' certificates; unset: system CAs"
+    )
+    tls_certfile: str | None = Field(
+        default=None, description="client certificate (PEM), with tls_keyfile"
+    )
+    tls_keyfile: str | None = Field(default=None, description="client key (PEM), with tls_certfile")
+    tls_key_password: SecretStr | None = Field(
+        default=None, description="password of tls_keyfile (environment or secrets file only)"
+    )
+
+    @model_validator(mode="after")
+    def _kafka_consistent(self) -> KafkaSettings:
+        check_sasl(self.sasl_mechanism, self.sasl_username, self.sasl_password)
+        check_client_certificate(self.tls_certfile, self.tls_keyfile)
+        return self
+
+    @property
+    def effective_security_protocol(self) -> SecurityProtocol:
+        tls = self.tls_cafile is not None or self.tls_certfile is not None
+        return derive_security_protocol(self.security_protocol, self.sasl_mechanism, tls)
+
+    def require_brokers(self) -> str:
+        """The brokers; ValidationError when they are not configured."""
+        if not self.brokers:
+            raise ValidationError("no Kafka brokers configured (brokers)")
+        return self.brokers
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """A client TLS context when the protocol uses TLS (system CAs unless a CA file)."""
+        if not uses_tls(self.effective_security_protocol):
+            return None
+        return client_ssl_context(
+            self.tls_cafile, self.tls_certfile, self.tls_keyfile, self.tls_key_password
+        )
+
+    def kafka_options(self) -> dict[str, Any]:
+        """Connection keyword arguments shared by aiokafka's consumer, producer and admin."""
+        return connection_options(
+            brokers=self.require_brokers(),
+            client_id=self.client_id,
+            security_protocol=self.effective_security_protocol,
+            ssl_context=self.ssl_context(),
+            sasl_mechanism=self.sasl_mechanism,
+            sasl_username=self.sasl_username,
+            sasl_password=self.sasl_password,
+        )
+
+    def connection_key(self) -> tuple[Any, ...]:
+        """What identifies one connection: settings with equal keys may share clients."""
+        return (
+            self.brokers,
+            self.client_id,
+            self.effective_security_protocol,
+            self.sasl_mechanism,
+            self.sasl_username,
+            self.tls_cafile,
+            self.tls_certfile,
+            self.tls_keyfile,
+        )
+
+
 __all__ = [
+    "BROKERS_HELP",
+    "CLIENT_ID_HELP",
+    "KafkaSettings",
     "SaslMechanism",
     "SecurityProtocol",
+    "brokers_field",
     "check_client_certificate",
     "check_sasl",
+    "client_id_field",
     "client_ssl_context",
     "connection_options",
     "derive_security_protocol",

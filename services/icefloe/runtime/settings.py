@@ -51,7 +51,16 @@ def add_arguments(
         annotation = info.annotation
         text = info.description or ""
         env = f"{env_prefix}{name.upper()}"
-        help_text = f"{text} (env {env})" if text else f"env {env}"
+        if "default" not in text and "unset:" not in text:  # else the text says the default
+            default = (
+                "required"
+                if info.is_required()
+                else "default: unset"
+                if info.default is None
+                else f"default: {info.default}"
+            )
+            text = f"{text}; {default}" if text else default
+        help_text = f"{text} (env {env})"
         if annotation is bool:
             parser.add_argument(
                 flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_text

@@ -17,18 +17,18 @@ from collections.abc import Mapping
 from typing import Any
 
 import pydantic
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from icefloe.errors import ValidationError
 from icefloe.runtime import kafka as kafka_settings
 from icefloe.runtime import settings as settings_flags
-from icefloe.runtime.kafka import SaslMechanism, SecurityProtocol
+from icefloe.runtime.kafka import KafkaSettings
 
 SPARK_CONF_PREFIX = "spark.icefloe."
 
 
-class SparkConfig(BaseSettings):
+class SparkConfig(BaseSettings, KafkaSettings):
     """Where a Spark job finds the catalog, the coordinator's topics and the planner."""
 
     model_config = SettingsConfigDict(
@@ -37,17 +37,11 @@ class SparkConfig(BaseSettings):
 
     catalog: str | None = Field(default=None, description="catalog URI (see icefloe.catalog_uri)")
 
-    # -- the coordinator's Kafka topics -----------------------------------------------------
-    brokers: str | None = Field(default=None, description="host:port[,host:port]")
+    # -- the coordinator's Kafka topics (the connection: icefloe.runtime.kafka) --------------
+    client_id: str = kafka_settings.client_id_field("icefloe-spark")
     events_topic: str = Field(default="icefloe.events", min_length=1)
     results_topic: str = Field(default="icefloe.results", min_length=1)
     dead_letter_topic: str = Field(default="icefloe.dead-letter", min_length=1)
-    security_protocol: SecurityProtocol | None = None
-    sasl_mechanism: SaslMechanism | None = None
-    sasl_username: str | None = None
-    sasl_password: SecretStr | None = None
-    tls_cafile: str | None = None
-    client_id: str = "icefloe-spark"
 
     # -- committing -------------------------------------------------------------------------
     commit_timeout_s: float = Field(
@@ -72,11 +66,6 @@ class SparkConfig(BaseSettings):
         default=None, description="the REST catalog {prefix}, if any"
     )
     planner_timeout_s: float = Field(default=120.0, gt=0)
-
-    @model_validator(mode="after")
-    def _consistent(self) -> SparkConfig:
-        kafka_settings.check_sasl(self.sasl_mechanism, self.sasl_username, self.sasl_password)
-        return self
 
     @classmethod
     def load(
@@ -124,40 +113,13 @@ class SparkConfig(BaseSettings):
             )
         return self.brokers
 
-    @property
-    def effective_security_protocol(self) -> SecurityProtocol:
-        return kafka_settings.derive_security_protocol(
-            self.security_protocol, self.sasl_mechanism, bool(self.tls_cafile)
-        )
-
-    def kafka_options(self) -> dict[str, Any]:
-        """Connection keyword arguments for aiokafka's producer and consumer."""
-        brokers = self.require_brokers()
-        protocol = self.effective_security_protocol
-        return kafka_settings.connection_options(
-            brokers=brokers,
-            client_id=self.client_id,
-            security_protocol=protocol,
-            ssl_context=kafka_settings.client_ssl_context(self.tls_cafile)
-            if kafka_settings.uses_tls(protocol)
-            else None,
-            sasl_mechanism=self.sasl_mechanism,
-            sasl_username=self.sasl_username,
-            sasl_password=self.sasl_password,
-        )
-
     def cache_key(self) -> tuple[Any, ...]:
         """What identifies one Kafka connection: jobs with equal keys share a channel."""
         return (
-            self.brokers,
+            *self.connection_key(),
             self.events_topic,
             self.results_topic,
             self.dead_letter_topic,
-            self.effective_security_protocol,
-            self.sasl_mechanism,
-            self.sasl_username,
-            self.tls_cafile,
-            self.client_id,
         )
 
 
