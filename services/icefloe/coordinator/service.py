@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -122,6 +122,7 @@ from icefloe.events import (
 )
 from icefloe.manifest_reader import ManifestReader
 from icefloe.retry import Backoff, Retry, RetryEvent
+from icefloe.runtime import kafka
 from icefloe.runtime.command import run_command
 from icefloe.runtime.http import ServiceHttp
 from icefloe.snapshot import Snapshot, Summary
@@ -1079,21 +1080,13 @@ class Coordinator:
         try:
             if config.create_topics:
                 await self._create_topics(options)
-            self.producer = AIOKafkaProducer(
-                **options,
-                acks="all",
-                enable_idempotence=False,
-                linger_ms=5,
-                # Dead letters carry their original byte for byte (base64, so 4/3 of it):
-                # the client must never be the limit; the broker's topic setting is.
-                max_request_size=_MAX_REQUEST_BYTES,
-            )
+            # Dead letters carry their original byte for byte (base64, so 4/3 of it): the
+            # client must never be the limit; the broker's topic setting is.
+            self.producer = kafka.producer(options, max_request_size=_MAX_REQUEST_BYTES)
             await self.producer.start()
-            self.consumer = AIOKafkaConsumer(
-                **options,
-                group_id=config.group_id,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
+            self.consumer = kafka.group_consumer(
+                options,
+                config.group_id,
                 session_timeout_ms=config.session_timeout_ms,
                 heartbeat_interval_ms=config.effective_heartbeat_interval_ms,
                 max_partition_fetch_bytes=4 << 20,
@@ -1120,10 +1113,7 @@ class Coordinator:
         for worker in self._workers():
             if worker.running and worker.task is not None:
                 worker.task.cancel()
-        for client in (self.consumer, self.producer):
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await client.stop()
+        await kafka.stop_quietly(self.consumer, self.producer)
         for task in list(self._background):
             task.cancel()
         await self.http.stop()
@@ -1132,7 +1122,7 @@ class Coordinator:
 
     async def _create_topics(self, options: Mapping[str, Any]) -> None:
         config = self.config
-        admin = AIOKafkaAdminClient(**options)
+        admin = kafka.admin(options)
         await admin.start()
         try:
             existing = set(await admin.list_topics())

@@ -72,7 +72,7 @@ from icefloe.metadata import TableMetadata
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError, error_response
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
-from icefloe.planner.refresher import ResultsConsumer, TableRefresher, TableState
+from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
 from icefloe.planner.tokens import (
     SECRET_ENV,
     SECRET_FILE_ENV,
@@ -511,9 +511,9 @@ class PlannerService:
         # event loop (and /healthz) responsive; more would only queue for the GIL.
         self._cpu_slots = asyncio.Semaphore(config.planning_concurrency)
         self.wall_clock = wall_clock
-        self.consumer: ResultsConsumer | None = None
+        self.consumer: TableCommittedFeed | None = None
         if config.brokers:
-            self.consumer = ResultsConsumer(
+            self.consumer = TableCommittedFeed(
                 self.refresher, config.results_topic, config.kafka_options()
             )
         self.registry = registry or CollectorRegistry()

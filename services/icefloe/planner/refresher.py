@@ -39,6 +39,7 @@ from icefloe.catalog import Catalog, TableIdentifier
 from icefloe.errors import IcefloeError, NotFoundError, ValidationError
 from icefloe.events import TableCommitted, parse_event
 from icefloe.metadata import TableMetadata
+from icefloe.runtime import kafka
 
 log = logging.getLogger(__name__)
 
@@ -320,8 +321,8 @@ class TableRefresher:
 ConsumerFactory = Callable[..., Any]
 
 
-class ResultsConsumer:
-    """Reads ``table-committed`` events from the results topic into a :class:`TableRefresher`.
+class TableCommittedFeed:
+    """Feeds ``table-committed`` events from the results topic to a :class:`TableRefresher`.
 
     No consumer group: every planner instance reads every partition, from the end (a table
     is loaded fresh the first time it is asked for, so older events do not matter).
@@ -348,27 +349,15 @@ class ResultsConsumer:
         self.running = False
 
     async def start(self) -> None:
-        factory = self._factory
-        if factory is None:
-            from aiokafka import AIOKafkaConsumer
-
-            factory = AIOKafkaConsumer
-        self._consumer = factory(
-            self.topic,
-            **self.options,
-            group_id=None,
-            enable_auto_commit=False,
-            auto_offset_reset="latest",
-        )
+        factory = self._factory or kafka.tail_consumer
+        self._consumer = factory(self.options, self.topic)
         await self._consumer.start()
         self.running = True
 
     async def stop(self) -> None:
         self.running = False
         consumer, self._consumer = self._consumer, None
-        if consumer is not None:
-            with contextlib.suppress(Exception):
-                await consumer.stop()
+        await kafka.stop_quietly(consumer)
 
     async def poll_once(self) -> int:
         """Read one batch, apply its events, and confirm progress when caught up."""
@@ -426,4 +415,4 @@ class ResultsConsumer:
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
 
 
-__all__ = ["ResultsConsumer", "TableRefresher", "TableState", "is_newer", "same_table_problem"]
+__all__ = ["TableCommittedFeed", "TableRefresher", "TableState", "is_newer", "same_table_problem"]

@@ -12,9 +12,13 @@ secrets file only, never from a flag (:mod:`icefloe.runtime.settings`).
 
 from __future__ import annotations
 
+import contextlib
 import ssl
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
 
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from icefloe.errors import ValidationError
@@ -191,12 +195,65 @@ class KafkaSettings(BaseModel):
         )
 
 
+# -- clients ----------------------------------------------------------------------------
+# Every aiokafka client of icefloe is built here, from KafkaSettings.kafka_options(), so the
+# services agree on how they produce (acks from all replicas, no idempotence: exactly-once
+# comes from commit ids, not from the producer) and how they consume (offsets are committed
+# by hand, or not at all).
+
+
+def producer(options: Mapping[str, Any], *, max_request_size: int) -> AIOKafkaProducer:
+    """A producer that waits for all in-sync replicas and batches for 5ms."""
+    return AIOKafkaProducer(
+        **options,
+        acks="all",
+        enable_idempotence=False,
+        linger_ms=5,
+        max_request_size=max_request_size,
+    )
+
+
+def group_consumer(options: Mapping[str, Any], group_id: str, **extra: Any) -> AIOKafkaConsumer:
+    """A consumer group member that commits its offsets itself, from the earliest offset."""
+    return AIOKafkaConsumer(
+        **options,
+        group_id=group_id,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        **extra,
+    )
+
+
+def tail_consumer(options: Mapping[str, Any], *topics: str) -> AIOKafkaConsumer:
+    """A consumer of no group that reads from the end (subscribed to ``topics``, if any)."""
+    return AIOKafkaConsumer(
+        *topics, **options, group_id=None, enable_auto_commit=False, auto_offset_reset="latest"
+    )
+
+
+def admin(options: Mapping[str, Any]) -> AIOKafkaAdminClient:
+    return AIOKafkaAdminClient(**options)
+
+
+class _Stoppable(Protocol):
+    async def stop(self) -> Any: ...
+
+
+async def stop_quietly(*clients: _Stoppable | None) -> None:
+    """Stop each client that exists, ignoring errors (closing after a failure)."""
+    for client in clients:
+        if client is not None:
+            with contextlib.suppress(Exception):
+                await client.stop()
+
+
 __all__ = [
     "BROKERS_HELP",
     "CLIENT_ID_HELP",
     "KafkaSettings",
     "SaslMechanism",
     "SecurityProtocol",
+    "admin",
     "brokers_field",
     "check_client_certificate",
     "check_sasl",
@@ -204,5 +261,9 @@ __all__ = [
     "client_ssl_context",
     "connection_options",
     "derive_security_protocol",
+    "group_consumer",
+    "producer",
+    "stop_quietly",
+    "tail_consumer",
     "uses_tls",
 ]

@@ -37,6 +37,7 @@ from icefloe.events import (
     event_key,
     parse_event,
 )
+from icefloe.runtime import kafka
 from icefloe.spark.config import SPARK_CONF_PREFIX, SparkConfig
 
 ConfigArg = SparkConfig | Mapping[str, Any] | None
@@ -171,9 +172,7 @@ class CommitChannel:
 
     async def start(self) -> None:
         options = self.config.kafka_options()
-        self._consumer = AIOKafkaConsumer(
-            **options, group_id=None, enable_auto_commit=False, auto_offset_reset="latest"
-        )
+        self._consumer = kafka.tail_consumer(options)
         await self._consumer.start()
         try:
             available = await self._consumer.topics()
@@ -191,12 +190,8 @@ class CommitChannel:
             await self._consumer.seek_to_end(*partitions)
             for tp in partitions:
                 await self._consumer.position(tp)
-            self._producer = AIOKafkaProducer(
-                **options,
-                acks="all",
-                enable_idempotence=False,
-                linger_ms=5,
-                max_request_size=max(1 << 20, 2 * self.config.event_max_bytes),
+            self._producer = kafka.producer(
+                options, max_request_size=max(1 << 20, 2 * self.config.event_max_bytes)
             )
             await self._producer.start()
         except BaseException:
@@ -210,10 +205,7 @@ class CommitChannel:
             self._listener.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._listener
-        for client in (self._producer, self._consumer):
-            if client is not None:
-                with contextlib.suppress(Exception):
-                    await client.stop()
+        await kafka.stop_quietly(self._producer, self._consumer)
         self._producer = self._consumer = None
 
     async def _listen(self) -> None:

@@ -35,7 +35,7 @@ from icefloe.partition import PartitionSpecBuilder
 from icefloe.planner.app import OPENAPI_FILE, PlannerService, PlanStore
 from icefloe.planner.config import PlannerConfig, add_arguments, overrides_from_args
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
-from icefloe.planner.refresher import ResultsConsumer, TableRefresher, TableState, is_newer
+from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState, is_newer
 from icefloe.schema import Schema
 from icefloe.snapshot import SnapshotRef
 from icefloe.snapshot_producer import fast_append, row_delta
@@ -591,7 +591,7 @@ class FakeRecord:
 
 
 class FakeConsumer:
-    """What ResultsConsumer uses of aiokafka's consumer, fed by the test."""
+    """What TableCommittedFeed uses of aiokafka's consumer, fed by the test."""
 
     def __init__(self, topic: str, **options: Any) -> None:
         self.topic = topic
@@ -641,17 +641,15 @@ async def test_results_consumer_applies_events_and_confirms_progress(tmp_path: P
     )
     fake: dict[str, FakeConsumer] = {}
 
-    def factory(topic: str, **options: Any) -> FakeConsumer:
+    def factory(options: dict[str, Any], topic: str) -> FakeConsumer:
         fake["c"] = FakeConsumer(topic, **options)
         return fake["c"]
 
-    consumer = ResultsConsumer(
+    consumer = TableCommittedFeed(
         refresher, "results", {"bootstrap_servers": ["x"]}, consumer_factory=factory
     )
     await consumer.start()
-    assert (
-        fake["c"].options["group_id"] is None and fake["c"].options["auto_offset_reset"] == "latest"
-    )
+    assert fake["c"].options == {"bootstrap_servers": ["x"]} and fake["c"].topic == "results"
     fake["c"].batches = [[b"not json", None, event.encode()]]
     fake["c"].high = 3
     assert await consumer.poll_once() == 1
@@ -684,7 +682,7 @@ async def test_commit_events_from_kafka_refresh_tables(kafka_broker: str, tmp_pa
     clock = Manual()
     refresher = TableRefresher(catalog, refresh_interval_s=3600, clock=clock)
     await refresher.get("db.events")
-    consumer = ResultsConsumer(refresher, topic, {"bootstrap_servers": kafka_broker})
+    consumer = TableCommittedFeed(refresher, topic, {"bootstrap_servers": kafka_broker})
     await consumer.start()
     producer = AIOKafkaProducer(bootstrap_servers=kafka_broker)
     await producer.start()
