@@ -37,7 +37,7 @@ from typing import Any
 
 from icefloe.catalog import Catalog, TableIdentifier
 from icefloe.errors import IcefloeError, NotFoundError, ValidationError
-from icefloe.events import TableCommitted, parse_event
+from icefloe.events import Event, TableCommitted
 from icefloe.metadata import TableMetadata
 from icefloe.runtime import kafka
 
@@ -367,22 +367,17 @@ class TableCommittedFeed:
         started = self.refresher.clock()
         batches = await consumer.getmany(timeout_ms=self.poll_timeout_ms)
         applied = 0
-        for records in batches.values():
-            for record in records:
-                applied += await self._handle(record.value)
+        for event in kafka.decoded(batches):
+            applied += await self._handle(event)
         if await self._caught_up(consumer):
             self.refresher.events_confirmed(started)
             self.last_confirmed = started
         return applied
 
-    async def _handle(self, value: bytes | None) -> int:
-        if value is None:
-            return 0
-        try:
-            event = parse_event(value)
-        except ValidationError as e:
+    async def _handle(self, event: Event | ValidationError) -> int:
+        if isinstance(event, ValidationError):
             self.rejected += 1
-            log.warning("skipping an unreadable event on %s: %s", self.topic, e)
+            log.warning("skipping an unreadable event on %s: %s", self.topic, event)
             return 0
         if not isinstance(event, TableCommitted):
             return 0

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Literal, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -22,6 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from pydantic import BaseModel, Field, SecretStr, model_validator
 
 from icefloe.errors import ValidationError
+from icefloe.events import Event, encode_event, event_key, parse_event
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -235,6 +236,30 @@ def admin(options: Mapping[str, Any]) -> AIOKafkaAdminClient:
     return AIOKafkaAdminClient(**options)
 
 
+async def send_event(
+    producer: AIOKafkaProducer, topic: str, event: Event, key: bytes | None = None
+) -> None:
+    """Send ``event`` in its versioned JSON form, keyed by its table unless ``key`` is given,
+    and wait for the acknowledgement."""
+    table = getattr(event, "table", None)
+    if key is None and table is not None:
+        key = event_key(table)
+    await producer.send_and_wait(topic, encode_event(event), key=key)
+
+
+def decoded(batches: Mapping[Any, Iterable[Any]]) -> Iterator[Event | ValidationError]:
+    """The records of a ``getmany()`` answer as events, in order; an unreadable value as its
+    ValidationError (for the caller to count or skip); records without a value are skipped."""
+    for records in batches.values():
+        for record in records:
+            if record.value is None:
+                continue
+            try:
+                yield parse_event(record.value)
+            except ValidationError as e:
+                yield e
+
+
 class _Stoppable(Protocol):
     async def stop(self) -> Any: ...
 
@@ -260,9 +285,11 @@ __all__ = [
     "client_id_field",
     "client_ssl_context",
     "connection_options",
+    "decoded",
     "derive_security_protocol",
     "group_consumer",
     "producer",
+    "send_event",
     "stop_quietly",
     "tail_consumer",
     "uses_tls",

@@ -91,14 +91,19 @@ def load_settings(
     environment variable, so the message says what the operator has to change.
     """
     given = {k: v for k, v in (overrides or {}).items() if v is not None}
-    secrets_dir = os.environ.get(SECRETS_DIR_ENV) or None
-    if secrets_dir is not None and not os.path.isdir(secrets_dir):
-        raise ValidationError(f"{SECRETS_DIR_ENV}={secrets_dir!r} is not a directory")
     try:
-        return settings(_secrets_dir=secrets_dir, **given)
+        return settings(_secrets_dir=secrets_dir(), **given)
     except pydantic.ValidationError as e:
         problems = describe_problems(e, lambda loc: f"{env_prefix}{loc.upper()}")
         raise ValidationError(f"invalid {what} settings: {problems}") from None
+
+
+def secrets_dir() -> str | None:
+    """The directory ``ICEFLOE_SECRETS_DIR`` names, if set (ValidationError if it is none)."""
+    path = os.environ.get(SECRETS_DIR_ENV) or None
+    if path is not None and not os.path.isdir(path):
+        raise ValidationError(f"{SECRETS_DIR_ENV}={path!r} is not a directory")
+    return path
 
 
 def describe_problems(error: pydantic.ValidationError, name_of: Callable[[str], str]) -> str:
@@ -121,4 +126,5 @@ __all__ = [
     "is_secret",
     "load_settings",
     "overrides_from_args",
+    "secrets_dir",
 ]

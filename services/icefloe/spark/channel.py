@@ -31,9 +31,9 @@ from icefloe.errors import (
 from icefloe.events import (
     CommitRequested,
     DeadLetter,
+    Event,
     FilesWritten,
     TableCommitted,
-    encode_event,
     event_key,
     parse_event,
 )
@@ -213,9 +213,9 @@ class CommitChannel:
         try:
             while True:
                 batches = await self._consumer.getmany(timeout_ms=500, max_records=1000)
-                for records in batches.values():
-                    for record in records:
-                        self._dispatch(record.value or b"")
+                for event in kafka.decoded(batches):
+                    if not isinstance(event, ValidationError):
+                        self._dispatch(event)  # else: not ours to judge (other producers)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -224,11 +224,7 @@ class CommitChannel:
                 waiter.fail(CommitStateUnknownError(f"lost the results topic while waiting: {e}"))
             raise
 
-    def _dispatch(self, value: bytes) -> None:
-        try:
-            event = parse_event(value)
-        except ValidationError:
-            return  # not ours to judge: the coordinator's contract, other producers
+    def _dispatch(self, event: Event) -> None:
         if isinstance(event, TableCommitted):
             for commit_id in event.commit_ids:
                 waiter = self._waiters.get(commit_id)
@@ -265,11 +261,9 @@ class CommitChannel:
         topic = self.config.events_topic
         requested = False
         try:
-            await asyncio.gather(
-                *(self._producer.send_and_wait(topic, encode_event(e), key) for e in events)
-            )
+            await asyncio.gather(*(kafka.send_event(self._producer, topic, e, key) for e in events))
             requested = True
-            await self._producer.send_and_wait(topic, encode_event(request), key)
+            await kafka.send_event(self._producer, topic, request, key)
             return await asyncio.wait_for(asyncio.shield(waiter.future), timeout_s)
         except TimeoutError:
             raise CommitStateUnknownError(

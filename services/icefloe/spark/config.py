@@ -14,7 +14,7 @@ cluster sets them for every job), ``ICEFLOE_<NAME>`` environment variables, defa
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 from pydantic import Field
@@ -73,16 +73,26 @@ class SparkConfig(BaseSettings, KafkaSettings):
         spark_conf: Mapping[str, str] | None = None,
         overrides: Mapping[str, Any] | None = None,
     ) -> SparkConfig:
-        """Settings from ``overrides``, then ``spark.icefloe.*`` keys, then the environment.
+        """Settings from ``overrides``, then ``spark.icefloe.*`` keys, then the environment
+        and ``ICEFLOE_SECRETS_DIR``.
 
-        Raises a ValidationError naming each bad setting by its Spark key.
+        Secrets (``sasl_password``, ``tls_key_password``) are refused as Spark keys: a
+        ``--conf`` is visible to every user of the machine; set them in the environment or
+        the secrets directory, as for the coordinator. Raises a ValidationError naming each
+        bad setting by its Spark key.
         """
         given: dict[str, Any] = {}
         for key, value in (spark_conf or {}).items():
             if key.startswith(SPARK_CONF_PREFIX):
                 name = key[len(SPARK_CONF_PREFIX) :].replace("-", "_")
-                if name in cls.model_fields:
-                    given[name] = value
+                if name not in cls.model_fields:
+                    continue
+                if settings_flags.is_secret(cls.model_fields[name]):
+                    raise ValidationError(
+                        f"{key} is a secret: set ICEFLOE_{name.upper()} in the environment or a "
+                        f"file of that name in ${settings_flags.SECRETS_DIR_ENV}, not a Spark key"
+                    )
+                given[name] = value
         given.update({k: v for k, v in (overrides or {}).items() if v is not None})
         unknown = sorted(set(overrides or {}) - set(cls.model_fields))
         if unknown:
@@ -90,7 +100,8 @@ class SparkConfig(BaseSettings, KafkaSettings):
                 f"unknown icefloe Spark settings {unknown}; known: {sorted(cls.model_fields)}"
             )
         try:
-            return cls(**given)
+            settings: type[BaseSettings] = cls  # its __init__ takes the secrets directory
+            return cast(SparkConfig, settings(_secrets_dir=settings_flags.secrets_dir(), **given))
         except pydantic.ValidationError as e:
             problems = settings_flags.describe_problems(
                 e, lambda loc: f"{SPARK_CONF_PREFIX}{loc.replace('_', '-')}"

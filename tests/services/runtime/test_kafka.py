@@ -3,12 +3,14 @@ model they are built from."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.errors import ValidationError
+from icefloe.events import TableCommitted, encode_event
 from icefloe.planner.config import PlannerConfig
 from icefloe.runtime import kafka
 from icefloe.runtime.kafka import KafkaSettings
@@ -70,3 +72,37 @@ def test_the_connection_rules_are_the_same_everywhere(monkeypatch: pytest.Monkey
     ):
         with pytest.raises(ValidationError, match="tls_keyfile"):
             load()
+
+
+def test_spark_takes_secrets_from_the_environment_or_files_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with pytest.raises(ValidationError, match="is a secret: set ICEFLOE_SASL_PASSWORD"):
+        SparkConfig.load({"spark.icefloe.sasl-password": "on the command line"})
+    (tmp_path / "ICEFLOE_SASL_PASSWORD").write_text("from a file")
+    monkeypatch.setenv("ICEFLOE_SECRETS_DIR", str(tmp_path))
+    config = SparkConfig.load(
+        {"spark.icefloe.sasl-mechanism": "PLAIN", "spark.icefloe.sasl-username": "u"}
+    )
+    assert config.sasl_password is not None
+    assert config.sasl_password.get_secret_value() == "from a file"
+
+
+def test_decoded_yields_events_and_the_errors_of_unreadable_values() -> None:
+    event = TableCommitted(
+        table="db.t",
+        snapshot_id=1,
+        sequence_number=1,
+        metadata_location="file:///w/db/t/metadata/v1.metadata.json",
+        commit_ids=("c",),
+        latency_ms=0,
+    )
+
+    class Record:
+        def __init__(self, value: bytes | None) -> None:
+            self.value = value
+
+    batches = {"tp": [Record(b"not json"), Record(None), Record(encode_event(event))]}
+    decoded = list(kafka.decoded(batches))
+    assert isinstance(decoded[0], ValidationError)
+    assert decoded[1:] == [event]
