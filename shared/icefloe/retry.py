@@ -17,13 +17,16 @@ backoff law and one notion of giving up:
   trouble) hold a :class:`RetryState` from :meth:`Retry.start` and ask it to
   :meth:`~RetryState.backoff` after each failure.
 
-With neither ``max_attempts`` nor ``deadline_s`` a policy retries forever: that is the
-service loop that runs until it is stopped, and stopping it is cancelling its task.
+With neither ``max_attempts`` nor ``deadline_s`` a policy retries forever: a call that must
+eventually pass, stopped by cancelling its task. :meth:`Retry.run_until` is the other
+service loop: an action repeated until an event is set, failures backed off (the wait cut
+short by the event), a success starting the backoff over.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -104,6 +107,21 @@ class Retry:
                 if not self.is_transient(e) or not await state.backoff(e):
                     raise
 
+    async def run_until(self, stop: asyncio.Event, action: Callable[[], Awaitable[object]]) -> None:
+        """``await action()`` again and again until ``stop`` is set; see the module docstring.
+
+        Raises an error that is not transient, or the last one when the policy gives up.
+        """
+        state = self.start()
+        while not stop.is_set():
+            try:
+                await action()
+            except BaseException as e:
+                if not self.is_transient(e) or not await state.backoff(e, stop):
+                    raise
+            else:
+                state = self.start()
+
 
 class RetryState:
     """The failures of one operation so far, and its deadline."""
@@ -115,11 +133,11 @@ class RetryState:
         self.failures = 0
         self.deadline = None if policy.deadline_s is None else time.monotonic() + policy.deadline_s
 
-    async def backoff(self, error: BaseException) -> bool:
+    async def backoff(self, error: BaseException, stop: asyncio.Event | None = None) -> bool:
         """Count a failure; False when the policy gives up, else wait and return True.
 
         The caller decides whether ``error`` is transient (``policy.is_transient``) and what
-        to raise on False: normally ``error`` itself.
+        to raise on False: normally ``error`` itself. Setting ``stop`` ends the wait early.
         """
         self.failures += 1
         policy = self.policy
@@ -130,7 +148,11 @@ class RetryState:
             return False
         if policy.on_retry is not None:
             policy.on_retry(RetryEvent(self.failures, error, delay))
-        await policy.sleep(delay)
+        if stop is None:
+            await policy.sleep(delay)
+        else:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
         return True
 
 

@@ -168,3 +168,34 @@ async def test_forever_until_cancelled() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_run_until_repeats_backs_off_and_stops() -> None:
+    stop = asyncio.Event()
+    seen: list[RetryEvent] = []
+    calls = 0
+
+    async def poll() -> None:
+        nonlocal calls
+        calls += 1
+        if calls in (2, 3):
+            raise ConnectionError(f"poll {calls}")
+        if calls == 5:
+            stop.set()
+
+    policy = Retry(Backoff(0.001, 0.002, jitter=False), on_retry=seen.append)
+    await policy.run_until(stop, poll)
+    assert calls == 5
+    assert [(e.failures, str(e.error)) for e in seen] == [(1, "poll 2"), (2, "poll 3")]
+
+
+async def test_run_until_ends_a_wait_when_stopped() -> None:
+    stop = asyncio.Event()
+
+    async def down() -> None:
+        asyncio.get_running_loop().call_later(0.01, stop.set)
+        raise ConnectionError("down")
+
+    policy = Retry(Backoff(3600.0, 3600.0))
+    await policy.run_until(stop, down)
+    assert stop.is_set()

@@ -39,6 +39,7 @@ from icefloe.catalog import Catalog, TableIdentifier
 from icefloe.errors import IcefloeError, NotFoundError, ValidationError
 from icefloe.events import Event, TableCommitted
 from icefloe.metadata import TableMetadata
+from icefloe.retry import Backoff, Retry, RetryEvent
 from icefloe.runtime import kafka
 
 log = logging.getLogger(__name__)
@@ -319,6 +320,7 @@ class TableRefresher:
 
 
 ConsumerFactory = Callable[..., Any]
+_FEED_PAUSE = Backoff(1.0, 1.0, jitter=False)  # after a failed poll
 
 
 class TableCommittedFeed:
@@ -399,15 +401,11 @@ class TableCommittedFeed:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Poll until ``stop``; errors are logged and retried after a pause."""
-        while not stop.is_set():
-            try:
-                await self.poll_once()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("reading %s failed; retrying", self.topic)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=1.0)
+
+        def failed(event: RetryEvent) -> None:
+            log.error("reading %s failed; retrying", self.topic, exc_info=event.error)
+
+        await Retry(_FEED_PAUSE, on_retry=failed).run_until(stop, self.poll_once)
 
 
 __all__ = ["TableCommittedFeed", "TableRefresher", "TableState", "is_newer", "same_table_problem"]
