@@ -125,7 +125,9 @@ class KafkaSettings(BaseModel):
     brokers: str | None = brokers_field(None)
     client_id: str = client_id_field("icefloe")
     security_protocol: SecurityProtocol | None = Field(
-        default=None, description="default: derived from the SASL and TLS settings"
+        default=None,
+        description="PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL; default: derived from the "
+        "SASL and TLS settings",
     )
     sasl_mechanism: SaslMechanism | None = Field(
         default=None, description="SASL mechanism; needs sasl_username and sasl_password"

@@ -20,7 +20,7 @@ from icefloe.runtime.settings import SECRETS_DIR_ENV, is_secret
     ("add", "settings", "secrets"),
     [
         (add_coordinator_arguments, CoordinatorConfig, {"sasl_password", "tls_key_password"}),
-        (add_planner_arguments, PlannerConfig, {"sasl_password", "token"}),
+        (add_planner_arguments, PlannerConfig, {"sasl_password", "tls_key_password", "token"}),
     ],
 )
 def test_secrets_have_no_command_line_flag(add, settings, secrets) -> None:  # type: ignore[no-untyped-def]
