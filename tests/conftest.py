@@ -2,7 +2,7 @@
 
 Every fixture here is session-scoped and lazy, so a unit-test run starts nothing, and a
 server shared by many tests is started once and stopped by PID when the session ends.
-Each is a one-server :class:`~icefloe.local_stack.LocalStack`. Tests that use them carry
+Each is a one-server :class:`~icefloe.dev.local_stack.LocalStack`. Tests that use them carry
 ``@pytest.mark.integration``.
 """
 

@@ -2,14 +2,13 @@
 
 The process handling (free ports, readiness that only counts a server's *own* listening
 socket, stop by PID with SIGTERM then SIGKILL, no orphans) lives in
-:mod:`icefloe.local_stack`, shared with ``make demo``, ``make bench`` and ``icefloe
-local-stack``. This module keeps the names the tests import.
+:mod:`icefloe.dev.local_stack`, shared with ``make demo``, ``make bench`` and ``python -m
+icefloe.dev.local_stack``. This module keeps the names the tests import.
 """
 
 from __future__ import annotations
 
-from icefloe.errors import ServerStartError
-from icefloe.local_stack import (
+from icefloe.dev.local_stack import (
     HOST,
     KEEP_LOGS_ENV,
     START_ATTEMPTS,
@@ -28,7 +27,8 @@ from icefloe.local_stack import (
     start_server,
     start_tansu,
 )
-from icefloe.local_stack import S3Endpoint as S3Endpoint
+from icefloe.dev.local_stack import S3Endpoint as S3Endpoint
+from icefloe.errors import ServerStartError
 
 __all__ = [
     "HOST",

@@ -21,8 +21,8 @@ import yaml
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from icefloe.coordinator_config import CoordinatorConfig
-from icefloe.planner_config import PlannerConfig
+from icefloe.coordinator.config import CoordinatorConfig
+from icefloe.planner.config import PlannerConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HELM = REPO_ROOT / ".tools" / "node_modules" / ".bin" / "helm"
@@ -359,6 +359,7 @@ def test_full_environment_loads_into_the_settings(tmp_path: Path) -> None:
     assert planner.token.get_secret_value() == "secret:planner-token/token"
     assert planner.effective_security_protocol == "SASL_SSL"
     assert planner.tls_certfile == "/etc/icefloe/kafka-tls/tls.crt"
+    assert planner.tls_key_password is not None, "the planner decrypts the client key too"
     env = pod_environment(rendered, rendered.get("Deployment", "floe-planner"))
     assert env["AWS_REGION"] == "eu-west-1"
     assert env["AWS_ENDPOINT_URL_S3"] == "https://s3.example.com"

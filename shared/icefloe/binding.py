@@ -49,6 +49,8 @@ from icefloe.expressions import (
     TransformTerm,
     UnboundPredicate,
     UnboundTerm,
+    is_bound,
+    rewrite_not,
     visit,
 )
 from icefloe.schema import Schema
@@ -78,6 +80,7 @@ from icefloe.types import (
     UnknownType,
     UUIDType,
 )
+from icefloe.values import from_json_value
 
 _INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
@@ -97,6 +100,15 @@ def bind(schema: Schema, expr: BooleanExpression, case_sensitive: bool = True) -
     does not support (starts-with on a non-string, is-nan on a non-float).
     """
     return visit(expr, _Binder(schema, case_sensitive))
+
+
+def prepare_filter(
+    schema: Schema, expr: BooleanExpression, case_sensitive: bool = True
+) -> BooleanExpression:
+    """Bind (unless already bound) and push NOTs down: the form that projections, residuals
+    and the metrics evaluators work on."""
+    bound = expr if is_bound(expr) else bind(schema, expr, case_sensitive)
+    return rewrite_not(bound)
 
 
 def bind_reference(
@@ -334,8 +346,6 @@ def _to_decimal(kind: str, value: Any, t: DecimalType) -> _Converted:
 
 
 def _from_json_text(t: PrimitiveType, value: str) -> _Converted:
-    from icefloe.values import from_json_value
-
     try:
         return _exact(from_json_value(t, value))
     except ValidationError as e:
@@ -603,15 +613,10 @@ class _Binder(RebuildingVisitor):
         return predicate
 
 
-def schema_for_struct(struct: StructType) -> Schema:
-    """A schema over a struct (such as a partition type), so expressions can bind to it."""
-    return Schema(*struct.fields)
-
-
 __all__ = [
     "bind",
     "bind_predicate",
     "bind_reference",
     "bind_term",
-    "schema_for_struct",
+    "prepare_filter",
 ]

@@ -12,16 +12,15 @@ snapshot id) is already there. Only a definite "no" leads to another attempt.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from icefloe.catalog import Catalog, Table
 from icefloe.errors import CommitFailedError, CommitStateUnknownError, IcefloeError
 from icefloe.metadata import TableMetadata
+from icefloe.retry import Backoff, Retry, RetryEvent
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +32,8 @@ TOTAL_TIMEOUT_MS = "commit.retry.total-timeout-ms"
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
+    """A table's ``commit.retry.*`` properties; :meth:`retry` is the policy they make."""
+
     num_retries: int = 4
     min_wait_ms: int = 100
     max_wait_ms: int = 60_000
@@ -60,10 +61,19 @@ class RetryPolicy:
             get(TOTAL_TIMEOUT_MS, d.total_timeout_ms),
         )
 
-    def backoff_seconds(self, attempt: int) -> float:
-        """Full jitter: uniform in [min, min(max, min * 2**attempt)]."""
-        ceiling = min(self.max_wait_ms, self.min_wait_ms * (2**attempt))
-        return random.uniform(self.min_wait_ms, max(self.min_wait_ms, ceiling)) / 1000.0
+    @property
+    def backoff(self) -> Backoff:
+        """Full jitter: uniform in [min, min(max, min * 2**attempt)] (icefloe.retry)."""
+        return Backoff(self.min_wait_ms / 1000.0, self.max_wait_ms / 1000.0)
+
+    def retry(self) -> Retry:
+        """This policy as an :class:`icefloe.retry.Retry`: ``num_retries`` retries within
+        ``total_timeout_ms``."""
+        return Retry(
+            self.backoff,
+            max_attempts=self.num_retries + 1,
+            deadline_s=self.total_timeout_ms / 1000.0,
+        )
 
 
 @dataclass(slots=True)
@@ -94,8 +104,12 @@ async def commit_with_retry(
     """
     policy = policy or RetryPolicy.from_properties(table.metadata.properties)
     stats = stats if stats is not None else CommitStats()
-    deadline = time.monotonic() + policy.total_timeout_ms / 1000.0
-    attempt = 0
+    ident = table.identifier
+
+    def conflicted(event: RetryEvent) -> None:
+        log.info("commit to %s conflicted (attempt %d): %s", ident, event.failures, event.error)
+
+    conflicts = replace(policy.retry(), on_retry=conflicted).start()
     while True:
         stats.attempts += 1
         new_metadata = await build(table)
@@ -107,37 +121,28 @@ async def commit_with_retry(
         except CommitStateUnknownError as e:
             stats.unknown_outcomes += 1
             failure = e
-            resolved = await _resolve_unknown(catalog, table, already_applied, policy, deadline)
+            # Reload until the store answers: no attempt limit, the operation's deadline.
+            assert conflicts.deadline is not None
+            left_s = max(0.0, conflicts.deadline - time.monotonic())
+            reloads = Retry(policy.backoff, deadline_s=left_s)
+            resolved = await _resolve_unknown(catalog, table, already_applied, reloads)
             if resolved is not None:
                 return resolved
-        attempt += 1
-        if attempt > policy.num_retries or time.monotonic() >= deadline:
+        if not await conflicts.backoff(failure):
             raise failure
-        log.info("commit to %s conflicted (attempt %d): %s", table.identifier, attempt, failure)
-        await asyncio.sleep(policy.backoff_seconds(attempt))
-        table = await catalog.load_table(table.identifier)
+        table = await catalog.load_table(ident)
         if already_applied(table):
             return table
 
 
 async def _resolve_unknown(
-    catalog: Catalog,
-    table: Table,
-    already_applied: AlreadyApplied,
-    policy: RetryPolicy,
-    deadline: float,
+    catalog: Catalog, table: Table, already_applied: AlreadyApplied, reloads: Retry
 ) -> Table | None:
     """Reload until the store answers; the committed table if our change is in it, else None."""
-    attempt = 0
-    while True:
-        try:
-            fresh = await catalog.load_table(table.identifier)
-        except Exception as e:
-            attempt += 1
-            if time.monotonic() >= deadline:
-                raise CommitStateUnknownError(
-                    f"cannot tell whether the commit to {table.identifier} happened: {e}"
-                ) from e
-            await asyncio.sleep(policy.backoff_seconds(attempt))
-            continue
-        return fresh if already_applied(fresh) else None
+    try:
+        fresh = await reloads.call(lambda: catalog.load_table(table.identifier))
+    except Exception as e:
+        raise CommitStateUnknownError(
+            f"cannot tell whether the commit to {table.identifier} happened: {e}"
+        ) from e
+    return fresh if already_applied(fresh) else None

@@ -4,7 +4,7 @@ A streaming table collects small files (one or more per micro-batch and partitio
 with upserts, delete files that every reader must apply. Compaction replaces such files by
 fewer, larger ones holding the same rows, with the deletes already applied. This module
 decides *what* to rewrite, from metadata and manifests only; an engine (the Spark job in
-``icefloe.spark_compact``) reads, writes and commits. The coordinator's maintenance uses the
+``icefloe.spark.compaction``) reads, writes and commits. The coordinator's maintenance uses the
 same plan to announce candidates, so what it announces is what a compaction would do.
 
 The policy, per partition (spec and values), as Java's ``RewriteDataFiles`` bin-pack:
@@ -52,7 +52,7 @@ from icefloe.evaluators import MetricsEvaluator, compile_row_filter
 from icefloe.expressions import AlwaysTrue, BooleanExpression
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
-from icefloe.parquet import DEFAULT_TARGET_FILE_SIZE_BYTES, TARGET_FILE_SIZE_BYTES
+from icefloe.parquet_options import DEFAULT_TARGET_FILE_SIZE_BYTES, TARGET_FILE_SIZE_BYTES
 from icefloe.projection import inclusive_projection
 from icefloe.row_lineage import LINEAGE_NAMES
 from icefloe.snapshot import MAIN_BRANCH, Snapshot

@@ -77,7 +77,7 @@ class EventRejectedError(ValidationError):
 
 
 class ServerStartError(IcefloeError, RuntimeError):
-    """A local server (``icefloe local-stack``, test fixtures) did not come up.
+    """A local server (``python -m icefloe.dev.local_stack``, test fixtures) did not come up.
 
     The message carries the command and the tail of its log; the logs of failed attempts
     are kept for inspection and listed in ``log_paths``.

@@ -29,74 +29,37 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
-from icefloe.binding import bind, schema_for_struct
+from icefloe.binding import bind, prepare_filter
 from icefloe.datafile import DataFile
 from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.expressions import (
-    AlwaysFalse,
-    AlwaysTrue,
-    And,
     BooleanExpression,
     BoundLiteralPredicate,
     BoundPredicate,
     BoundReference,
     BoundSetPredicate,
-    BoundTerm,
     BoundTransform,
-    Not,
     Operation,
-    Or,
-    UnboundPredicate,
     bound_predicates,
-    flatten,
     is_bound,
     rewrite_not,
 )
 from icefloe.partition import PartitionSpec
+from icefloe.projection import inclusive_projection
+from icefloe.row_filter import (
+    Evaluator,
+    RowFilter,
+    Test,
+    always_false,
+    always_true,
+    compile_filter,
+    compile_row_filter,
+)
 from icefloe.schema import Schema
 from icefloe.types import DoubleType, FloatType, IcebergType, PrimitiveType, StructType
 from icefloe.values import from_bytes
-
-X = TypeVar("X")
-Test = Callable[[X], bool]
-RowFilter = Callable[[Sequence[Any]], bool]
-
-
-def _true(_: Any) -> bool:
-    return True
-
-
-def _false(_: Any) -> bool:
-    return False
-
-
-def _compile(expr: BooleanExpression, leaf: Callable[[BoundPredicate], Test[X]]) -> Test[X]:
-    """Compile a bound expression into one closure; ``leaf`` compiles each predicate."""
-    if isinstance(expr, AlwaysTrue):
-        return _true
-    if isinstance(expr, AlwaysFalse):
-        return _false
-    if isinstance(expr, BoundPredicate):
-        return leaf(expr)
-    if isinstance(expr, Not):
-        inner = _compile(expr.child, leaf)
-        return lambda x: not inner(x)
-    if isinstance(expr, And | Or):
-        parts = [_compile(e, leaf) for e in flatten(expr, type(expr))]
-        if isinstance(expr, And):
-            if len(parts) == 2:
-                a, b = parts
-                return lambda x: a(x) and b(x)
-            return lambda x: all(p(x) for p in parts)
-        if len(parts) == 2:
-            a, b = parts
-            return lambda x: a(x) or b(x)
-        return lambda x: any(p(x) for p in parts)
-    if isinstance(expr, UnboundPredicate):
-        raise ValidationError(f"cannot evaluate unbound predicate {expr}; bind it first")
-    raise ValidationError(f"not a boolean expression: {expr!r:.80}")
 
 
 def _sorted_values(values: Iterable[Any]) -> list[Any]:
@@ -107,86 +70,6 @@ def _any_within(sorted_values: list[Any], low: Any, high: Any) -> bool:
     """Whether some value lies in [low, high]; None leaves that side open."""
     i = 0 if low is None else bisect.bisect_left(sorted_values, low)
     return i < len(sorted_values) and (high is None or sorted_values[i] <= high)
-
-
-# ---------------------------------------------------------------------------------------------
-# Rows (and partition tuples)
-# ---------------------------------------------------------------------------------------------
-
-
-def _row_getter(term: BoundTerm, pred: BoundPredicate) -> Callable[[Sequence[Any]], Any]:
-    ref = term.ref
-    if ref.accessor is None:
-        raise ValidationError(
-            f"cannot evaluate {pred} on rows: column {ref.name!r} is inside a list or map"
-        )
-    get = ref.accessor.get
-    if isinstance(term, BoundTransform):
-        transform, source = term.transform, ref.field_type
-        return lambda row: transform.apply(source, get(row))
-    return get
-
-
-def _row_leaf(pred: BoundPredicate) -> RowFilter:
-    get = _row_getter(pred.term, pred)
-    op = pred.op
-    if op is Operation.IS_NULL:
-        return lambda r: get(r) is None
-    if op is Operation.NOT_NULL:
-        return lambda r: get(r) is not None
-    if op is Operation.IS_NAN:
-        return lambda r: (v := get(r)) is not None and v != v
-    if op is Operation.NOT_NAN:
-        return lambda r: (v := get(r)) is None or v == v
-    if isinstance(pred, BoundSetPredicate):
-        values = pred.literals
-        if op is Operation.IN:
-            return lambda r: (v := get(r)) is not None and v in values
-        return lambda r: (v := get(r)) is None or v not in values
-    assert isinstance(pred, BoundLiteralPredicate)
-    lit = pred.literal
-    if op is Operation.LT:
-        return lambda r: (v := get(r)) is not None and v < lit
-    if op is Operation.LT_EQ:
-        return lambda r: (v := get(r)) is not None and v <= lit
-    if op is Operation.GT:
-        return lambda r: (v := get(r)) is not None and v > lit
-    if op is Operation.GT_EQ:
-        return lambda r: (v := get(r)) is not None and v >= lit
-    if op is Operation.EQ:
-        return lambda r: (v := get(r)) is not None and v == lit
-    if op is Operation.NOT_EQ:
-        return lambda r: (v := get(r)) is None or v != lit
-    if op is Operation.STARTS_WITH:
-        return lambda r: (v := get(r)) is not None and v.startswith(lit)
-    if op is Operation.NOT_STARTS_WITH:
-        return lambda r: (v := get(r)) is None or not v.startswith(lit)
-    raise ValidationError(f"unsupported operation {op}")  # pragma: no cover
-
-
-def compile_row_filter(expr: BooleanExpression) -> RowFilter:
-    """A function deciding a *bound* expression on rows given as nested tuples."""
-    return _compile(expr, _row_leaf)
-
-
-class Evaluator:
-    """Decides a filter on rows of ``struct`` (tuples in field order, nested structs as
-    tuples), with the spec's two-valued, null-safe semantics."""
-
-    def __init__(
-        self,
-        struct: StructType | Schema,
-        expr: BooleanExpression,
-        case_sensitive: bool = True,
-    ) -> None:
-        schema = struct if isinstance(struct, Schema) else schema_for_struct(struct)
-        self.expr = expr if is_bound(expr) else bind(schema, expr, case_sensitive)
-        self._test = compile_row_filter(self.expr)
-
-    def eval(self, row: Sequence[Any]) -> bool:
-        return self._test(row)
-
-    __call__ = eval
 
 
 class PartitionEvaluator:
@@ -200,8 +83,6 @@ class PartitionEvaluator:
         row_filter: BooleanExpression,
         case_sensitive: bool = True,
     ) -> None:
-        from icefloe.projection import inclusive_projection
-
         self.partition_filter = inclusive_projection(schema, spec, case_sensitive)(row_filter)
         self._test = compile_row_filter(self.partition_filter)
 
@@ -259,7 +140,7 @@ def _is_nan(v: Any) -> bool:
 
 def _manifest_leaf(pred: BoundPredicate) -> Test[_Decoded]:
     if isinstance(pred.term, BoundTransform) or pred.ref.accessor is None:
-        return _true
+        return always_true
     pos = pred.ref.accessor.positions[0]
     floating = isinstance(pred.ref.field_type, FloatType | DoubleType)
     op = pred.op
@@ -290,7 +171,7 @@ def _manifest_leaf(pred: BoundPredicate) -> Test[_Decoded]:
 
         return not_nan
     if op is Operation.NOT_EQ or op is Operation.NOT_IN:
-        return _true
+        return always_true
     if isinstance(pred, BoundSetPredicate):
         values = _sorted_values(pred.literals)
 
@@ -415,7 +296,7 @@ class ManifestEvaluator:
     ) -> None:
         if not is_bound(partition_filter):
             partition_filter = bind(
-                schema_for_struct(partition_type), partition_filter, case_sensitive
+                Schema.from_struct(partition_type), partition_filter, case_sensitive
             )
         self.partition_type = partition_type
         self.partition_filter = rewrite_not(partition_filter)
@@ -426,7 +307,7 @@ class ManifestEvaluator:
             if ref.accessor is not None and isinstance(ref.field_type, PrimitiveType):
                 positions[ref.accessor.positions[0]] = ref.field_type
         self._positions = sorted(positions.items())
-        self._test = _compile(self.partition_filter, _manifest_leaf)
+        self._test = compile_filter(self.partition_filter, _manifest_leaf)
 
     @classmethod
     def for_row_filter(
@@ -436,8 +317,6 @@ class ManifestEvaluator:
         row_filter: BooleanExpression,
         case_sensitive: bool = True,
     ) -> ManifestEvaluator:
-        from icefloe.projection import inclusive_projection
-
         projected = inclusive_projection(schema, spec, case_sensitive)(row_filter)
         return cls(spec.partition_type(schema), projected)
 
@@ -585,7 +464,7 @@ def _usable_ref(pred: BoundPredicate) -> BoundReference | None:
 def _metrics_leaf(pred: BoundPredicate) -> Test[_FileStats]:
     ref = _usable_ref(pred)
     if ref is None:
-        return _true
+        return always_true
     fid = ref.field_id
     op = pred.op
     if op is Operation.IS_NULL:
@@ -657,11 +536,9 @@ class MetricsEvaluator:
         case_sensitive: bool = True,
         include_empty_files: bool = False,
     ) -> None:
-        from icefloe.projection import prepare_filter
-
         self.expr = prepare_filter(schema, row_filter, case_sensitive)
         self.include_empty_files = include_empty_files
-        self._test = _compile(self.expr, _metrics_leaf)
+        self._test = compile_filter(self.expr, _metrics_leaf)
 
     def eval(self, file: DataFile) -> bool:
         if file.record_count == 0 and not self.include_empty_files:
@@ -676,7 +553,7 @@ class MetricsEvaluator:
 def _strict_leaf(pred: BoundPredicate) -> Test[_FileStats]:
     ref = _usable_ref(pred)
     if ref is None:
-        return _false
+        return always_false
     fid = ref.field_id
     op = pred.op
     if op is Operation.IS_NULL:
@@ -781,10 +658,8 @@ class StrictMetricsEvaluator:
     def __init__(
         self, schema: Schema, row_filter: BooleanExpression, case_sensitive: bool = True
     ) -> None:
-        from icefloe.projection import prepare_filter
-
         self.expr = prepare_filter(schema, row_filter, case_sensitive)
-        self._test = _compile(self.expr, _strict_leaf)
+        self._test = compile_filter(self.expr, _strict_leaf)
 
     def eval(self, file: DataFile) -> bool:
         if file.record_count <= 0:

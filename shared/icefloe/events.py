@@ -94,7 +94,7 @@ import binascii
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal, Self
@@ -123,6 +123,7 @@ from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import IcefloeError, UnsupportedFormatVersion, ValidationError
 from icefloe.expression_json import parse_expression
 from icefloe.expressions import BooleanExpression
+from icefloe.model import describe_loc, hyphenate
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 
@@ -215,18 +216,8 @@ ContentFileJson = dict[StrictStr, Any]
 # -- errors ------------------------------------------------------------------------------
 
 
-def _describe_loc(loc: Sequence[int | str]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out
-
-
 def _problem(error: ErrorDetails) -> tuple[str, IcefloeError | None]:
-    where = _describe_loc(error.get("loc", ()))
+    where = describe_loc(error.get("loc", ()))
     if error.get("type") == "missing":
         return f"missing required field {where!r}", None
     cause = (error.get("ctx") or {}).get("error")
@@ -284,7 +275,7 @@ class _EventModel(BaseModel):
     """
 
     model_config = ConfigDict(
-        alias_generator=lambda name: name.replace("_", "-"),
+        alias_generator=hyphenate,
         populate_by_name=True,
         frozen=True,
         extra="ignore",

@@ -61,6 +61,7 @@ from icefloe.transforms import (
     parse_transform,
 )
 from icefloe.types import BooleanType, PrimitiveType, primitive_from_string
+from icefloe.values import from_json_value, to_json_value
 
 ICEBERG_FUNCTIONS = "iceberg_functions"
 
@@ -349,8 +350,6 @@ def _data_type(obj: Any, path: str) -> PrimitiveType:
 
 
 def _typed_literal(value: Any, t: PrimitiveType, path: str) -> Literal:
-    from icefloe.values import from_json_value
-
     if value is None:
         raise _error(path, "a literal cannot be null; use is-null / not-null")
     try:
@@ -468,8 +467,6 @@ class _Writer(BooleanExpressionVisitor[Any]):
     # -- literals ---------------------------------------------------------------------------
 
     def _literal(self, lit: Literal) -> Any:
-        from icefloe.values import to_json_value
-
         if lit.type is None:
             return lit.value
         value = to_json_value(lit.type, lit.value)
@@ -478,8 +475,6 @@ class _Writer(BooleanExpressionVisitor[Any]):
         return {"type": "literal", "value": value, "data-type": lit.type.to_json()}
 
     def _bound_value(self, term: BoundTerm, value: Any) -> Any:
-        from icefloe.values import to_json_value
-
         return to_json_value(term.result_type, value)
 
     # -- predicates -------------------------------------------------------------------------

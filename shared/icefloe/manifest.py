@@ -39,14 +39,13 @@ from icefloe.avro import (
 )
 from icefloe.datafile import DataFile, DataFileContent, FileFormat
 from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
+from icefloe.format_version import check_write_version, format_version_of
 from icefloe.manifest_list import (
     UNASSIGNED_SEQ,
     ManifestContent,
     ManifestFile,
     PartitionFieldSummary,
     check_field_type,
-    check_format_version,
-    format_version_of,
 )
 from icefloe.schema import Schema
 from icefloe.types import (
@@ -311,7 +310,7 @@ class ManifestWriter(AvroFileWriter):
         content: ManifestContent = ManifestContent.DATA,
         codec: str = DEFAULT_CODEC,
     ) -> None:
-        check_format_version(format_version, "manifest")
+        check_write_version(format_version, "manifest")
         content = ManifestContent(content)
         if format_version == 1:
             if content != ManifestContent.DATA:

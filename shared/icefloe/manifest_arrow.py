@@ -37,6 +37,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from icefloe.arrow_values import arrow_storage_type
 from icefloe.avro import avro_to_iceberg, read_header
 from icefloe.datafile import FileFormat
 from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
@@ -237,8 +238,6 @@ def decode_columns(
 
     Raises :class:`ArrowDecodeUnavailable` when DuckDB cannot produce exactly that.
     """
-    from icefloe.arrow_values import arrow_storage_type
-
     location = manifest.manifest_path
     try:
         meta, _ = read_header(data, location)

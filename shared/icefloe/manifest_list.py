@@ -14,7 +14,7 @@ for the columns v1 does not have.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, BinaryIO
@@ -31,9 +31,9 @@ from icefloe.avro import (
 from icefloe.errors import (
     IcefloeError,
     InvalidFileError,
-    UnsupportedFormatVersion,
     ValidationError,
 )
+from icefloe.format_version import SUPPORTED_FORMAT_VERSIONS, check_write_version, format_version_of
 from icefloe.types import (
     BinaryType,
     BooleanType,
@@ -48,7 +48,6 @@ from icefloe.types import (
 
 # Sequence number of a manifest written before its commit's sequence number was known.
 UNASSIGNED_SEQ = -1
-SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
 
 
 class ManifestContent(IntEnum):
@@ -160,14 +159,6 @@ MANIFEST_FILE_STRUCTS: dict[int, StructType] = {
 }
 
 
-def check_format_version(version: int, what: str) -> None:
-    if version not in SUPPORTED_FORMAT_VERSIONS:
-        raise UnsupportedFormatVersion(
-            f"cannot write a {what} for format version {version}; "
-            f"supported versions are {list(SUPPORTED_FORMAT_VERSIONS)}"
-        )
-
-
 # ---------------------------------------------------------------------------------------------
 # Writing
 # ---------------------------------------------------------------------------------------------
@@ -201,7 +192,7 @@ class ManifestListWriter(AvroFileWriter):
         first_row_id: int | None = None,
         codec: str = DEFAULT_CODEC,
     ) -> None:
-        check_format_version(format_version, "manifest list")
+        check_write_version(format_version, "manifest list")
         if format_version >= 2 and (sequence_number is None or sequence_number < 0):
             raise ValidationError(
                 f"a v{format_version} manifest list needs the commit's sequence number, "
@@ -370,23 +361,6 @@ _REQUIRED_IDS = {
 }
 _CONTENT_BY_VALUE = {c.value: c for c in ManifestContent}
 _INT_TYPES = (IntegerType, LongType)
-
-
-def format_version_of(meta: Mapping[str, str], location: str, default: int) -> int:
-    """The ``format-version`` key-value metadata of a manifest or manifest list."""
-    text = meta.get("format-version")
-    if text is None:
-        return default
-    try:
-        version = int(text)
-    except ValueError:
-        raise InvalidFileError(location, f"format-version {text!r} is not a number") from None
-    if version not in SUPPORTED_FORMAT_VERSIONS:
-        raise UnsupportedFormatVersion(
-            f"{location}: format-version {version} is not supported "
-            f"(supported: {list(SUPPORTED_FORMAT_VERSIONS)})"
-        )
-    return version
 
 
 def check_field_type(

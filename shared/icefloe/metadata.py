@@ -35,15 +35,15 @@ from pydantic import (
 from icefloe.errors import (
     InvalidFileError,
     NotFoundError,
-    UnsupportedFormatVersion,
     ValidationError,
 )
+from icefloe.format_version import check_format_version, check_format_version_in
+from icefloe.model import IcebergModel, model_from_json
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.schema import MAX_FIELD_ID, Schema
 from icefloe.snapshot import (
     INITIAL_SEQUENCE_NUMBER,
     MAIN_BRANCH,
-    IcebergModel,
     MetadataLogEntry,
     PartitionStatisticsFile,
     Snapshot,
@@ -52,14 +52,9 @@ from icefloe.snapshot import (
     SnapshotRefType,
     StatisticsFile,
     generate_snapshot_id,
-    hyphenate,
-    model_from_json,
 )
 from icefloe.sort_order import SortOrder
 
-SUPPORTED_FORMAT_VERSIONS = (1, 2, 3)
-MIN_FORMAT_VERSION = 1
-MAX_FORMAT_VERSION = 3
 DEFAULT_FORMAT_VERSION = 2
 # First version that writes JSON null instead of -1 for "no current snapshot" (Appendix F).
 MIN_NULL_CURRENT_SNAPSHOT_VERSION = 3
@@ -94,18 +89,6 @@ class EncryptedKey(IcebergModel):
     encrypted_key_metadata: StrictStr
     encrypted_by_id: StrictStr | None = None
     properties: dict[StrictStr, StrictStr] | None = None
-
-
-def check_format_version(version: Any) -> int:
-    """The version as an int, or UnsupportedFormatVersion naming it (spec: must throw)."""
-    if isinstance(version, bool) or not isinstance(version, int):
-        raise ValidationError(f"'format-version' must be an integer, got {version!r:.50}")
-    if version not in SUPPORTED_FORMAT_VERSIONS:
-        raise UnsupportedFormatVersion(
-            f"unsupported table format-version {version}: icefloe reads and writes versions "
-            f"{MIN_FORMAT_VERSION} to {MAX_FORMAT_VERSION}"
-        )
-    return version
 
 
 def _present(data: dict[str, Any], key: str) -> bool:
@@ -241,13 +224,7 @@ def _parse_items(value: Any, name: str, parse: Any, kind: type) -> Any:
 class TableMetadata(IcebergModel):
     """The state of a table at one commit: schemas, specs, sort orders, snapshots and refs."""
 
-    model_config = ConfigDict(
-        alias_generator=hyphenate,
-        populate_by_name=True,
-        frozen=True,
-        extra="ignore",
-        arbitrary_types_allowed=True,
-    )
+    model_config = ConfigDict(arbitrary_types_allowed=True)  # merged with IcebergModel's
 
     format_version: StrictInt
     table_uuid: uuid.UUID | None = None
@@ -703,21 +680,9 @@ def parse_table_metadata(
     return model_from_json(TableMetadata, obj, where)
 
 
-def check_format_version_in(version: Any, where: str) -> int:
-    """:func:`check_format_version` with the file named in the message."""
-    try:
-        return check_format_version(version)
-    except ValidationError as e:
-        raise type(e)(f"{where}: {e}") from None
-
-
 __all__ = [
     "DEFAULT_FORMAT_VERSION",
-    "MAX_FORMAT_VERSION",
-    "MIN_FORMAT_VERSION",
-    "SUPPORTED_FORMAT_VERSIONS",
     "EncryptedKey",
     "TableMetadata",
-    "check_format_version",
     "parse_table_metadata",
 ]

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from decimal import Decimal
 from typing import Any
 
-from icefloe.binding import bind
+from icefloe.binding import prepare_filter
 from icefloe.errors import ValidationError
 from icefloe.expressions import (
     Accessor,
@@ -46,11 +46,10 @@ from icefloe.expressions import (
     Or,
     RebuildingVisitor,
     bound_predicates,
-    is_bound,
-    rewrite_not,
     visit,
 )
 from icefloe.partition import PartitionField, PartitionSpec
+from icefloe.row_filter import compile_row_filter
 from icefloe.schema import Schema
 from icefloe.transforms import (
     BucketTransform,
@@ -67,14 +66,6 @@ from icefloe.types import DecimalType, IcebergType
 _TIME_TRANSFORMS = (YearTransform, MonthTransform, DayTransform, HourTransform)
 
 Projection = Callable[[BooleanExpression], BooleanExpression]
-
-
-def prepare_filter(
-    schema: Schema, expr: BooleanExpression, case_sensitive: bool = True
-) -> BooleanExpression:
-    """Bind (unless already bound) and push NOTs down: the form projections work on."""
-    bound = expr if is_bound(expr) else bind(schema, expr, case_sensitive)
-    return rewrite_not(bound)
 
 
 def partition_references(schema: Schema, spec: PartitionSpec) -> list[BoundReference]:
@@ -442,8 +433,6 @@ class ResidualEvaluator:
         schema: Schema,
         case_sensitive: bool = True,
     ) -> None:
-        from icefloe.evaluators import compile_row_filter
-
         self.spec = spec
         self.schema = schema
         self.expr = prepare_filter(schema, expr, case_sensitive)
@@ -513,7 +502,6 @@ __all__ = [
     "ResidualEvaluator",
     "inclusive_projection",
     "partition_references",
-    "prepare_filter",
     "project_predicate",
     "residual_evaluator",
     "strict_projection",

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Any, Generic, TypeVar
 
 from icefloe.errors import ValidationError
+from icefloe.type_json import field_from_json, field_to_json
 from icefloe.types import (
     IcebergType,
     ListType,
@@ -20,7 +21,6 @@ from icefloe.types import (
     NestedType,
     PrimitiveType,
     StructType,
-    field_from_json,
     walk_fields,
 )
 
@@ -100,7 +100,7 @@ class Schema:
         out: dict[str, Any] = {"type": "struct", "schema-id": self.schema_id}
         if self.identifier_field_ids:
             out["identifier-field-ids"] = list(self.identifier_field_ids)
-        out["fields"] = self.struct.to_json()["fields"]
+        out["fields"] = [field_to_json(f) for f in self.struct.fields]
         return out
 
     def with_id(self, schema_id: int) -> Schema:

@@ -15,98 +15,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator, Mapping
 from enum import StrEnum
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar
 
-import pydantic
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, model_validator
+from pydantic import Field, StrictInt, StrictStr, model_validator
 from pydantic_core import core_schema
 
-from icefloe.errors import IcefloeError, ValidationError
+from icefloe.errors import ValidationError
+from icefloe.model import IcebergModel, hyphenate
 
 MAIN_BRANCH = "main"
 INITIAL_SEQUENCE_NUMBER = 0
 _MAX_LONG = (1 << 63) - 1
-
-M = TypeVar("M", bound=BaseModel)
-
-
-# -- pydantic plumbing shared by the metadata modules ------------------------------------
-
-
-def hyphenate(name: str) -> str:
-    """The spec's JSON name of a python field name (``snapshot_id`` -> ``snapshot-id``)."""
-    return name.replace("_", "-")
-
-
-class IcebergModel(BaseModel):
-    """Base for the JSON models: hyphenated names on the wire, python names in code.
-
-    Aliases come from :func:`hyphenate` rather than per-field ``alias=`` so that type
-    checkers see the python names as constructor keywords. Unknown JSON fields are ignored,
-    as the Java parser ignores them, so metadata from a newer writer of the same format
-    version still loads.
-    """
-
-    model_config = ConfigDict(
-        alias_generator=hyphenate, populate_by_name=True, frozen=True, extra="ignore"
-    )
-
-    def to_json(self) -> dict[str, Any]:
-        """The spec's JSON object: aliases as keys, absent optional fields omitted."""
-        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
-
-    @classmethod
-    def from_json(cls: type[M], obj: Any, what: str | None = None) -> M:
-        return model_from_json(cls, obj, what or cls.__name__)
-
-
-def _describe_loc(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out
-
-
-def pydantic_error_to_icefloe(err: pydantic.ValidationError, what: str) -> IcefloeError:
-    """Turn pydantic's error list into one typed icefloe error naming the field.
-
-    An icefloe error raised inside a validator keeps its class (UnsupportedFormatVersion
-    stays UnsupportedFormatVersion) so callers can still tell the cases apart.
-    """
-    problems: list[str] = []
-    original: IcefloeError | None = None
-    for e in err.errors():
-        loc = _describe_loc(tuple(e.get("loc", ())))
-        cause = (e.get("ctx") or {}).get("error")
-        if isinstance(cause, IcefloeError):
-            original = original or cause
-            msg = str(cause)
-        elif e.get("type") == "missing":
-            field = str(e["loc"][-1]) if e.get("loc") else "?"
-            parent = _describe_loc(tuple(e["loc"][:-1]))
-            msg = f"missing required field {field!r}" + (f" in {parent}" if parent else "")
-            loc = ""
-        else:
-            msg = str(e.get("msg", "invalid value"))
-            if "input" in e and e.get("type") != "value_error":
-                msg += f" (got {e['input']!r:.80})"
-        problems.append(f"{loc}: {msg}" if loc else msg)
-    text = f"{what}: " + "; ".join(problems)
-    if original is not None and len(problems) == 1 and isinstance(original, ValidationError):
-        return type(original)(text)
-    return ValidationError(text)
-
-
-def model_from_json(cls: type[M], obj: Any, what: str) -> M:
-    """Validate ``obj`` into ``cls``, raising an icefloe error instead of pydantic's."""
-    try:
-        return cls.model_validate(obj)
-    except pydantic.ValidationError as e:
-        raise pydantic_error_to_icefloe(e, what) from None
-
 
 # -- operation and summary ---------------------------------------------------------------
 
@@ -459,7 +378,6 @@ __all__ = [
     "INITIAL_SEQUENCE_NUMBER",
     "MAIN_BRANCH",
     "BlobMetadata",
-    "IcebergModel",
     "MetadataLogEntry",
     "Operation",
     "PartitionStatisticsFile",
@@ -470,8 +388,5 @@ __all__ = [
     "StatisticsFile",
     "Summary",
     "generate_snapshot_id",
-    "hyphenate",
-    "model_from_json",
-    "pydantic_error_to_icefloe",
     "update_totals",
 ]

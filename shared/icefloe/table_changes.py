@@ -17,7 +17,6 @@ first metadata from the updates alone and create the pointer if absent.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,15 +31,14 @@ from icefloe.errors import (
     UnsupportedOperationError,
     ValidationError,
 )
-from icefloe.metadata_builder import (
+from icefloe.metadata_requirements import (
     AssertCreate,
     TableRequirement,
-    TableUpdate,
-    apply_updates,
     parse_table_requirement,
-    parse_table_update,
     validate_requirements,
 )
+from icefloe.metadata_updates import TableUpdate, apply_updates, parse_table_update
+from icefloe.retry import Retry, RetryEvent
 
 log = logging.getLogger(__name__)
 
@@ -132,11 +130,16 @@ async def commit_table_changes(
             f"{len(commits)} tables atomically; commit them one at a time"
         )
     stats = stats if stats is not None else CommitStats()
-    attempt = 0
+
+    def lost(event: RetryEvent) -> None:
+        log.info("REST commit lost a swap (attempt %d): %s", event.failures, event.error)
+
+    # Lost swaps only, and no deadline: the REST client waits for the answer.
+    swaps = Retry(policy.backoff, max_attempts=policy.num_retries + 1, on_retry=lost).start()
     while True:
         stats.attempts += 1
         bases = [await _base(catalog, c) for c in commits]
-        changes = [_build(c, b, attempt) for c, b in zip(commits, bases, strict=True)]
+        changes = [_build(c, b, swaps.failures) for c, b in zip(commits, bases, strict=True)]
         pending = [
             ch for ch in changes if ch.base is None or ch.new_metadata is not ch.base.metadata
         ]
@@ -144,14 +147,11 @@ async def commit_table_changes(
             committed = await catalog.commit_tables(pending) if pending else []
         except (CommitFailedError, AlreadyExistsError) as e:
             stats.conflicts += 1
-            attempt += 1
-            if attempt > policy.num_retries:
+            if not await swaps.backoff(e):
                 raise CommitFailedError(
-                    f"gave up after {attempt} lost swaps (the tables are committed to "
+                    f"gave up after {swaps.failures} lost swaps (the tables are committed to "
                     f"concurrently): {e}"
                 ) from e
-            log.info("REST commit lost a swap (attempt %d): %s", attempt, e)
-            await asyncio.sleep(policy.backoff_seconds(attempt))
             continue
         by_ident = {t.identifier: t for t in committed}
         return [

@@ -1,4 +1,4 @@
-"""Iceberg data types (spec: "Schemas and Data Types") and their JSON form (Appendix C).
+"""Iceberg data types (spec: "Schemas and Data Types") and the names of primitive types.
 
 Types are immutable value objects: two ``DecimalType(9, 2)`` compare and hash equal, so
 they can key dictionaries and be shared freely between schemas, specs and caches.
@@ -36,9 +36,6 @@ class IcebergType:
     @property
     def is_nested(self) -> bool:
         return isinstance(self, NestedType)
-
-    def to_json(self) -> Any:
-        raise NotImplementedError  # pragma: no cover - every concrete type overrides
 
     @property
     def min_format_version(self) -> int:
@@ -282,7 +279,7 @@ class NestedField:
     """A named, id-carrying field of a struct (and so of a schema).
 
     Defaults are kept in the internal value representation (see module docstring);
-    ``icefloe.values`` converts them to and from the JSON single-value form.
+    :mod:`icefloe.type_json` converts them to and from the JSON single-value form.
     """
 
     field_id: int
@@ -346,9 +343,6 @@ class StructType(NestedType):
     def __len__(self) -> int:
         return len(self._fields)
 
-    def to_json(self) -> dict[str, Any]:
-        return {"type": "struct", "fields": [field_to_json(f) for f in self._fields]}
-
     def __repr__(self) -> str:
         return f"StructType({', '.join(repr(f) for f in self._fields)})"
 
@@ -383,14 +377,6 @@ class ListType(NestedType):
     @property
     def fields(self) -> tuple[NestedField, ...]:
         return (self.element_field,)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "list",
-            "element-id": self.element_id,
-            "element": self.element_type.to_json(),
-            "element-required": self.element_required,
-        }
 
     def __repr__(self) -> str:
         return f"ListType({self.element_id}, {self.element_type!r}, {self.element_required})"
@@ -442,16 +428,6 @@ class MapType(NestedType):
     @property
     def fields(self) -> tuple[NestedField, ...]:
         return (self.key_field, self.value_field)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "type": "map",
-            "key-id": self.key_id,
-            "key": self.key_type.to_json(),
-            "value-id": self.value_id,
-            "value": self.value_type.to_json(),
-            "value-required": self.value_required,
-        }
 
     def __repr__(self) -> str:
         return (
@@ -527,101 +503,6 @@ def walk_fields(struct: NestedType) -> Iterator[NestedField]:
             yield from walk_fields(f.field_type)
 
 
-def _require(obj: dict[str, Any], key: str, what: str) -> Any:
-    if key not in obj:
-        raise ValidationError(f"{what} is missing required field {key!r}: {obj!r:.200}")
-    return obj[key]
-
-
-def type_from_json(obj: Any) -> IcebergType:
-    """Parse a type from its Appendix C JSON form (a string or a struct/list/map object)."""
-    if isinstance(obj, str):
-        return primitive_from_string(obj)
-    if not isinstance(obj, dict):
-        raise ValidationError(f"a type must be a JSON string or object, got {obj!r:.200}")
-    kind = obj.get("type")
-    if kind == "struct":
-        fields = _require(obj, "fields", "struct type")
-        if not isinstance(fields, list):
-            raise ValidationError(f"struct 'fields' must be a list, got {fields!r:.200}")
-        return StructType(*(field_from_json(f) for f in fields))
-    if kind == "list":
-        return ListType(
-            _int(_require(obj, "element-id", "list type"), "element-id"),
-            type_from_json(_require(obj, "element", "list type")),
-            _bool(_require(obj, "element-required", "list type"), "element-required"),
-        )
-    if kind == "map":
-        return MapType(
-            _int(_require(obj, "key-id", "map type"), "key-id"),
-            type_from_json(_require(obj, "key", "map type")),
-            _int(_require(obj, "value-id", "map type"), "value-id"),
-            type_from_json(_require(obj, "value", "map type")),
-            _bool(_require(obj, "value-required", "map type"), "value-required"),
-        )
-    raise ValidationError(f"unknown nested type {kind!r} in {obj!r:.200}")
-
-
-def _int(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"{name!r} must be an integer, got {value!r:.100}")
-    return value
-
-
-def _bool(value: Any, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValidationError(f"{name!r} must be a boolean, got {value!r:.100}")
-    return value
-
-
-def field_from_json(obj: Any) -> NestedField:
-    """Parse one struct field, converting defaults from the JSON single-value form."""
-    if not isinstance(obj, dict):
-        raise ValidationError(f"a struct field must be a JSON object, got {obj!r:.200}")
-    field_id = _int(_require(obj, "id", "struct field"), "id")
-    name = _require(obj, "name", f"field {field_id}")
-    if not isinstance(name, str):
-        raise ValidationError(f"field {field_id}: 'name' must be a string, got {name!r:.100}")
-    field_type = type_from_json(_require(obj, "type", f"field {field_id} ({name})"))
-    doc = obj.get("doc")
-    try:
-        initial = obj.get("initial-default")
-        write = obj.get("write-default")
-        if initial is not None or write is not None:
-            from icefloe.values import from_json_value
-        initial = None if initial is None else from_json_value(field_type, initial)
-        write = None if write is None else from_json_value(field_type, write)
-    except ValidationError as e:
-        raise ValidationError(f"field {field_id} ({name}): bad default value: {e}") from e
-    return NestedField(
-        field_id,
-        name,
-        field_type,
-        _bool(_require(obj, "required", f"field {field_id} ({name})"), "required"),
-        doc,
-        initial,
-        write,
-    )
-
-
-def field_to_json(f: NestedField) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "id": f.field_id,
-        "name": f.name,
-        "required": f.required,
-        "type": f.field_type.to_json(),
-    }
-    if f.doc is not None:
-        out["doc"] = f.doc
-    if f.initial_default is not None or f.write_default is not None:
-        from icefloe.values import to_json_value
-    if f.initial_default is not None:
-        out["initial-default"] = to_json_value(f.field_type, f.initial_default)
-    if f.write_default is not None:
-        out["write-default"] = to_json_value(f.field_type, f.write_default)
-    return out
-
-
 __all__ = [
     "BinaryType",
     "BooleanType",
@@ -650,9 +531,6 @@ __all__ = [
     "UUIDType",
     "UnknownType",
     "VariantType",
-    "field_from_json",
-    "field_to_json",
     "primitive_from_string",
-    "type_from_json",
     "walk_fields",
 ]

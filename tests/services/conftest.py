@@ -7,7 +7,7 @@ tansu broker and redis) and the scan planner live for one test module: their Kaf
 consumers run in the background, and must not outlive the modules that need them. Tests
 keep out of each other's way by using their own tables.
 
-The planner is the real service (:mod:`icefloe.planner`), paging its answers two tasks at a
+The planner is the real service (:mod:`icefloe.planner.app`), paging its answers two tasks at a
 time so that reads follow plan tasks, and following the coordinator's results topic.
 """
 
@@ -30,15 +30,15 @@ import pytest
 
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
-from icefloe.coordinator import Coordinator
-from icefloe.coordinator_config import CoordinatorConfig
+from icefloe.coordinator.config import CoordinatorConfig
+from icefloe.coordinator.service import Coordinator
 from icefloe.datafile import DataFile
 from icefloe.manifest_reader import ManifestReader
 from icefloe.partition import PartitionSpec
-from icefloe.planner import PlannerService
-from icefloe.planner_config import PlannerConfig
+from icefloe.planner.app import PlannerService
+from icefloe.planner.config import PlannerConfig
 from icefloe.schema import Schema
-from icefloe.spark_config import SparkConfig
+from icefloe.spark.config import SparkConfig
 from servers import S3Endpoint
 
 T = TypeVar("T")

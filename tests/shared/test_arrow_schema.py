@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.arrow_schema import (
     FIELD_ID_KEY,
     arrow_primitive_to_iceberg,
@@ -283,7 +284,7 @@ def _schemas(draw: st.DrawFn) -> Schema:
     return Schema(*(draw(_fields(ids, 0, f"c{i}")) for i in range(n)))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(_schemas())
 def test_random_schemas_round_trip_through_arrow(schema: Schema) -> None:
     arrow = schema_to_arrow(schema)
@@ -313,7 +314,7 @@ _VALUE_CASES: list[tuple[PrimitiveType, st.SearchStrategy[Any]]] = [
 
 
 @pytest.mark.parametrize(("t", "values"), _VALUE_CASES, ids=lambda v: str(v))
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data())
 def test_internal_values_round_trip_through_arrow(
     t: PrimitiveType, values: st.SearchStrategy[Any], data: st.DataObject

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.avro import (
     avro_decoder,
     avro_encoder,
@@ -218,7 +219,7 @@ def test_names_are_sanitized_like_java_and_keep_the_original() -> None:
 
 
 @pytest.mark.interop
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.text(min_size=1, max_size=12))
 def test_sanitized_names_match_pyiceberg(name: str) -> None:
     from pyiceberg.schema import make_compatible_name
@@ -389,7 +390,7 @@ def iceberg_structs(draw: st.DrawFn) -> StructType:
     return draw(struct(0))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(iceberg_structs())
 def test_any_struct_round_trips(struct: StructType) -> None:
     avro = schema_to_avro(struct, "table")

@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icefloe.binding import bind, bind_reference, schema_for_struct
+from hypothesis_budget import examples
+from icefloe.binding import bind, bind_reference
 from icefloe.errors import ValidationError
 from icefloe.evaluators import Evaluator
 from icefloe.expressions import (
@@ -315,9 +316,9 @@ def test_structure_is_kept() -> None:
     assert bind(SCHEMA, And(EqualTo("i", 1), EqualTo("i", 2**40))) == AlwaysFalse()
 
 
-def test_schema_for_struct() -> None:
+def test_binds_to_a_schema_over_a_struct() -> None:
     struct = StructType(NestedField(1000, "ts_day", DateType()))
-    assert isinstance(bind(schema_for_struct(struct), EqualTo("ts_day", 1)), BoundLiteralPredicate)
+    assert isinstance(bind(Schema.from_struct(struct), EqualTo("ts_day", 1)), BoundLiteralPredicate)
 
 
 # -- the law: a bound comparison means exactly what the unbound one says -------------------------
@@ -346,7 +347,7 @@ _NUMBERS = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(
     st.sampled_from([*_ORDERS, Operation.NOT_EQ]),
     st.sampled_from(["i", "r", "dec"]),
@@ -386,7 +387,7 @@ def test_bound_comparisons_are_exact(op: Operation, column: str, value: Any, xs:
         assert evaluator.eval(row) == expected, (op, column, value, x)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     st.sampled_from([Operation.IN, Operation.NOT_IN]),
     st.lists(_NUMBERS, max_size=4),

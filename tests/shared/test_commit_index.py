@@ -14,6 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import TableIdentifier
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.commit import RetryPolicy
@@ -149,7 +150,7 @@ def test_dedup_window_property_is_validated() -> None:
             dedup_window_ms({DEDUP_WINDOW_MS: bad})
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 3)), min_size=1, max_size=25))
 def test_incremental_index_equals_a_fresh_build(steps: list[tuple[int, int]]) -> None:
     """Law: however commits and expiries interleave, the incrementally kept index knows at

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import Table, TableIdentifier
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.commit import RetryPolicy
@@ -212,7 +213,7 @@ def test_policy_is_checked() -> None:
 
 
 @given(st.lists(st.integers(1, 3000), max_size=60), st.integers(100, 2000))
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 def test_bin_packing_keeps_every_file_once_and_bins_within_target(
     sizes: list[int], target: int
 ) -> None:

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.delete_index import (
     DELETE_FILE_PATH_ID,
@@ -309,7 +310,7 @@ def spec_rules(data_file: DataFile, seq: int, deletes: list[tuple[DataFile, int]
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(scoped_files())
 def test_without_metrics_the_index_follows_the_spec_rules_exactly(
     files: tuple[list[tuple[DataFile, int]], list[tuple[DataFile, int]]],
@@ -332,7 +333,7 @@ def test_two_deletion_vectors_for_one_data_file_are_refused() -> None:
 values = st.none() | st.integers(-3, 3)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(values, min_size=1, max_size=5),
     st.lists(st.lists(values, min_size=1, max_size=4), min_size=1, max_size=4),

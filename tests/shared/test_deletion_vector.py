@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.deletion_vector import (
     MAX_POSITION,
@@ -38,7 +39,7 @@ position_sets = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(position_sets)
 def test_positions_blob_positions_round_trip(ps: set[int]) -> None:
     dv = DeletionVector.from_positions(ps)
@@ -50,14 +51,14 @@ def test_positions_blob_positions_round_trip(ps: set[int]) -> None:
     assert back.to_blob() == blob  # serialization is canonical
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.sets(st.integers(0, 5000), max_size=200), st.sets(st.integers(0, 5000), max_size=200))
 def test_union_is_set_union(a: set[int], b: set[int]) -> None:
     merged = DeletionVector.from_positions(a).union(DeletionVector.from_positions(b))
     assert list(merged) == sorted(a | b)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.sets(st.integers(0, 3000), max_size=300), st.integers(0, 1500), st.integers(0, 2000))
 def test_deleted_mask_matches_membership(ps: set[int], offset: int, n: int) -> None:
     dv = DeletionVector.from_positions(ps)

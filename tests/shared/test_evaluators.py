@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.datafile import DataFile
 from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.evaluators import (
@@ -572,7 +573,7 @@ def file_of(flat_rows: list[tuple[Any, ...]], with_stats: list[bool], width: int
     return data_file(record_count=len(flat_rows), **stats)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     _EXPRS,
     st.lists(_FLAT_ROWS, max_size=6),
@@ -651,7 +652,7 @@ def manifest_of(spec: PartitionSpec, partitions: list[tuple[Any, ...]]) -> Manif
     return ManifestFile("s3://b/t/metadata/m.avro", 1, spec.spec_id, partitions=summaries)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_SPECS, _EXPRS, st.lists(_FLAT_ROWS, min_size=1, max_size=6))
 def test_manifests_and_partitions_never_miss_a_match(
     spec: PartitionSpec, expr: BooleanExpression, flat_rows: list[tuple[Any, ...]]

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import TableIdentifier
 from icefloe.content_file import content_file_to_json
 from icefloe.datafile import DataFile, DataFileContent
@@ -326,7 +327,7 @@ any_event = st.one_of(
 # -- round trips -------------------------------------------------------------------------
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), suppress_health_check=[HealthCheck.too_slow])
 @given(any_event)
 def test_every_event_round_trips_through_its_bytes(event: Event) -> None:
     data = encode_event(event)
@@ -336,7 +337,7 @@ def test_every_event_round_trips_through_its_bytes(event: Event) -> None:
     assert encode_event(parsed) == data
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(files_written_events())
 def test_decode_files_returns_the_files_that_were_encoded(event: FilesWritten) -> None:
     # Rebuild the DataFiles the strategy drew from the raw JSON and compare both ways:
@@ -352,7 +353,7 @@ def test_decode_files_returns_the_files_that_were_encoded(event: FilesWritten) -
     assert all(f.content != DataFileContent.DATA for f in deletes)
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), suppress_health_check=[HealthCheck.too_slow])
 @given(file_lists())
 def test_data_files_survive_encode_and_decode(files: tuple[list[DataFile], list[DataFile]]) -> None:
     data, deletes = files
@@ -824,7 +825,7 @@ json_values = st.recursive(
 )
 
 
-@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), suppress_health_check=[HealthCheck.too_slow])
 @given(any_event, st.data())
 def test_corrupted_events_fail_only_with_validation_errors(
     event: Event, data: st.DataObject
@@ -840,7 +841,7 @@ def test_corrupted_events_fail_only_with_validation_errors(
         assert parse_event(encode_event(parsed)) == parsed
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(st.binary(max_size=64))
 def test_arbitrary_bytes_fail_only_with_validation_errors(data: bytes) -> None:
     with pytest.raises(ValidationError):

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.binding import bind
 from icefloe.errors import ValidationError
 from icefloe.expression_json import expression_to_json, expression_to_json_text, parse_expression
@@ -471,7 +472,7 @@ _EXPRS = st.recursive(
 )
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(_EXPRS)
 def test_json_round_trip_law(expr: BooleanExpression) -> None:
     text = expression_to_json_text(expr)

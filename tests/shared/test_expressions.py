@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.binding import bind
 from icefloe.errors import ValidationError
 from icefloe.evaluators import Evaluator
@@ -398,7 +399,7 @@ _EXPRS = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(_EXPRS, st.lists(_ROWS, min_size=1, max_size=8))
 def test_rewrite_not_and_negate_preserve_meaning(expr: BooleanExpression, rows: list[Any]) -> None:
     bound = bind(SCHEMA, expr)

@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe import fileio
 from icefloe.errors import AlreadyExistsError, FileIOError, NotFoundError, ValidationError
 from icefloe.fileio import (
@@ -116,7 +117,7 @@ _segment = st.text(
 )
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(
     base=st.sampled_from(["s3://bucket", "s3://bucket/wh/", "file:///tmp", "/tmp/wh", "rel"]),
     segments=st.lists(_segment, min_size=1, max_size=5),
@@ -493,7 +494,7 @@ async def test_local_refuses_other_schemes() -> None:
         await LocalFileIO().read("s3://bucket/key")
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     data=st.binary(max_size=300),
     start=st.integers(min_value=0, max_value=350),

@@ -145,7 +145,7 @@ def java_histories(
 def icefloe_rows(
     warehouse: Path, name: str, capsys: pytest.CaptureFixture[str], *extra: str
 ) -> list[dict[str, Any]]:
-    from icefloe.cli import main
+    from icefloe.cli.main import main
 
     capsys.readouterr()
     code = main(["scan", name, "--catalog", f"file://{warehouse}", "--rows", *extra])
@@ -219,7 +219,7 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
 ) -> None:
     """The icefloe Spark reader's task code (no Spark needed) on Java's DV scan tasks."""
     from icefloe.content_file import content_file_to_json
-    from icefloe.spark_tasks import ReadJob, ScanTaskReader, TaskIO
+    from icefloe.spark.tasks import ReadJob, ScanTaskReader, TaskIO
 
     history = java_histories[3]
     table = load(history.warehouse, history.name)
@@ -267,7 +267,7 @@ def test_spark_read_tasks_read_java_row_lineage_for_a_rewrite(
     inherited ids, and the explicit ones Java's updates wrote, before deletes drop rows."""
     from icefloe.content_file import content_file_to_json
     from icefloe.row_lineage import LINEAGE_NAMES
-    from icefloe.spark_tasks import ReadJob, ScanTaskReader, TaskIO
+    from icefloe.spark.tasks import ReadJob, ScanTaskReader, TaskIO
 
     history = java_histories[3]
     table = load(history.warehouse, history.name)

@@ -35,6 +35,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import Table
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.datafile import DataFile
@@ -427,7 +428,7 @@ def _filters(draw: st.DrawFn) -> tuple[Any, pc.Expression]:
     return Or(first[0], second[0]), first[1] | second[1]
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)
 @given(case=_filters())
 def test_pyiceberg_never_misses_a_file_and_returns_exact_rows(
     written: WrittenTable, case: tuple[Any, pc.Expression]

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import DATA_PATH, Table, TableIdentifier, metadata_dir
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.commit import RetryPolicy
@@ -213,7 +214,7 @@ def test_a_tag_does_not_hold_on_to_its_ancestors() -> None:
     assert old_parent not in retained
 
 
-@settings(max_examples=150)
+@settings(max_examples=examples(150))
 @given(
     ages=st.lists(st.integers(0, 40), min_size=1, max_size=12),
     keep=st.integers(1, 6),

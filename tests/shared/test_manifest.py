@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.avro import parsed_avro_schema, read_header
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import InvalidFileError, UnsupportedFormatVersion, ValidationError
@@ -847,7 +848,7 @@ def data_files(draw: st.DrawFn, content: DataFileContent) -> DataFile:
     )
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     version=st.sampled_from([1, 2, 3]),
     files=st.lists(data_files(DataFileContent.DATA), max_size=8),
@@ -860,7 +861,7 @@ def test_any_data_files_round_trip(version: int, files: list[DataFile]) -> None:
     assert mf.added_rows_count == sum(f.record_count for f in files)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     version=st.sampled_from([2, 3]),
     files=st.lists(data_files(DataFileContent.EQUALITY_DELETES), max_size=5),
@@ -871,7 +872,7 @@ def test_any_delete_files_round_trip(version: int, files: list[DataFile]) -> Non
     assert [e.data_file for e in entries] == [expected_after_read(f, version) for f in files]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(files=st.lists(data_files(DataFileContent.DATA), min_size=1, max_size=8))
 def test_summaries_never_exclude_a_partition_value(files: list[DataFile]) -> None:
     """Law: every partition value of every entry lies within its field's summary."""

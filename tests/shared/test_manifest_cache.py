@@ -22,6 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.binding import bind_reference, bind_term
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import InvalidFileError, ValidationError
@@ -329,7 +330,7 @@ def manifests(draw: st.DrawFn) -> tuple[list[DataFile], list[ManifestEntryStatus
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -350,7 +351,7 @@ def test_vectorized_pruning_selects_exactly_what_the_per_file_evaluators_select(
     assert pruner.counts.by_partition + pruner.counts.by_metrics + len(selected) == live
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(manifests())
 def test_cached_rows_are_the_manifest_entries_with_inherited_sequence_numbers(
     manifest: tuple[list[DataFile], list[ManifestEntryStatus]],

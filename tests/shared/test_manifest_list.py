@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.avro import read_header
 from icefloe.datafile import DataFile
 from icefloe.errors import InvalidFileError, UnsupportedFormatVersion, ValidationError
@@ -220,7 +221,7 @@ def test_manifest_and_list_together_give_entries_their_inherited_values() -> Non
     ]
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(
     st.lists(
         st.builds(

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.errors import (
     InvalidFileError,
     NotFoundError,
@@ -641,7 +642,7 @@ def metadata_json(draw: st.DrawFn, versions: tuple[int, ...] = (1, 2, 3)) -> dic
     return obj
 
 
-@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), suppress_health_check=[HealthCheck.too_slow])
 @given(metadata_json())
 def test_generated_metadata_round_trips(obj: dict[str, Any]) -> None:
     m = parse(obj)
@@ -674,7 +675,7 @@ def test_pyiceberg_reads_icefloe_output(name: str) -> None:
 
 
 @pytest.mark.interop
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(metadata_json())
 def test_pyiceberg_reads_generated_icefloe_output(obj: dict[str, Any]) -> None:
     from pyiceberg.table.metadata import TableMetadataUtil

@@ -13,18 +13,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.errors import CommitFailedError, UnsupportedFormatVersion, ValidationError
 from icefloe.metadata import TableMetadata, parse_table_metadata
-from icefloe.metadata_builder import (
-    AddSnapshotUpdate,
+from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
+from icefloe.metadata_requirements import (
     AssertRefSnapshotId,
-    MetadataBuilder,
+    parse_table_requirement,
+    validate_requirements,
+)
+from icefloe.metadata_updates import (
+    AddSnapshotUpdate,
     SetSnapshotRefUpdate,
     apply_updates,
-    new_table_metadata,
-    parse_table_requirement,
     parse_table_update,
-    validate_requirements,
 )
 from icefloe.partition import PartitionField, PartitionSpec
 from icefloe.schema import Schema
@@ -809,7 +811,7 @@ def test_typed_updates_can_be_built_in_code() -> None:
 # -- properties of many commits ---------------------------------------------------------------------
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(25), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     version=st.sampled_from([1, 2, 3]),
     ops=st.lists(

@@ -21,23 +21,22 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.arrow_schema import field_id_of, from_arrow_array, to_arrow_array
 from icefloe.datafile import DataFile
 from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.fileio import LocalFileIO
 from icefloe.parquet import (
     MemoryOutputs,
-    MetricsConfig,
-    MetricsMode,
     ParquetFileWriter,
-    ParquetWriteOptions,
-    compute_metrics,
     partition_table,
     read_data_file,
     write_data_file,
     write_files,
     write_partitioned,
 )
+from icefloe.parquet_metrics import compute_metrics
+from icefloe.parquet_options import MetricsConfig, MetricsMode, ParquetWriteOptions
 from icefloe.partition import PartitionField, PartitionSpec
 from icefloe.schema import Schema
 from icefloe.sort_order import NullOrder, SortDirection, SortField, SortOrder
@@ -174,7 +173,7 @@ def _check_bounds(
     assert from_bytes(t, df.upper_bounds[fid]) == hi
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_wide_rows())
 def test_footer_metrics_match_the_data_for_every_primitive_type(
     columns: dict[str, list[Any]],
@@ -568,7 +567,7 @@ def _part_rows(draw: st.DrawFn) -> dict[str, list[Any]]:
     }
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(_part_rows())
 def test_partition_table_agrees_with_scalar_transforms(columns: dict[str, list[Any]]) -> None:
     table = _table_from_internal(_PART_SCHEMA, columns)

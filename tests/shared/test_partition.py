@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.errors import ValidationError
 from icefloe.partition import (
     PARTITION_FIELD_ID_START,
@@ -240,7 +241,7 @@ def specs(draw: st.DrawFn) -> PartitionSpec:
     return PartitionSpec(draw(st.integers(0, 1000)), tuple(fields))
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(specs())
 def test_json_round_trip(spec: PartitionSpec) -> None:
     text = json.dumps(spec.to_json())
@@ -508,7 +509,7 @@ def test_builder_rejects_bad_sources_and_transforms() -> None:
 
 
 @pytest.mark.interop
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(
     day=st.integers(-719_162, 2_932_896),
     bucket=st.integers(0, 15) | st.none(),

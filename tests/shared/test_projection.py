@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.binding import bind
 from icefloe.evaluators import Evaluator, compile_row_filter
 from icefloe.expressions import (
@@ -404,7 +405,7 @@ def buggy_partition_of(spec: PartitionSpec, row: tuple[Any, ...]) -> tuple[Any, 
     )
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(_SPECS, _EXPRS, st.lists(_row(), min_size=1, max_size=6))
 def test_projections_never_miss_and_never_overclaim(
     spec: PartitionSpec, expr: BooleanExpression, rows: list[tuple[Any, ...]]

@@ -9,11 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.errors import InvalidFileError
 from icefloe.puffin import PendingBlob, read_footer, write_puffin
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(st.lists(st.binary(max_size=64), max_size=5))
 def test_written_blobs_are_found_by_the_footer(payloads: list[bytes]) -> None:
     blobs = [

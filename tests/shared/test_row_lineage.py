@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.datafile import DataFile
 from icefloe.deletion_vector import DeletionVector
 from icefloe.errors import ValidationError
@@ -28,7 +29,7 @@ from icefloe.types import LongType, NestedField
 column = st.lists(st.none() | st.integers(0, 1 << 40), max_size=40)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(column, st.none() | st.integers(0, 1 << 40), st.integers(1, 1000), st.booleans())
 def test_nulls_inherit_and_values_are_kept(
     row_ids: list[int | None], first_row_id: int | None, seq: int, present: bool

@@ -30,6 +30,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import Table
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.datafile import DataFile, DataFileContent
@@ -434,7 +435,7 @@ def pyiceberg_plan(built: Built, expr: Any, snapshot_id: int | None = None) -> d
 
 @pytest.mark.interop
 @settings(
-    max_examples=100,
+    max_examples=examples(100),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

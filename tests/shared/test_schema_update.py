@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.errors import SchemaEvolutionError, ValidationError
 from icefloe.schema import Schema
 from icefloe.schema_update import UpdateSchema, assign_fresh_ids, is_promotion_allowed
@@ -1058,7 +1059,7 @@ def _check_ids(before: Schema, before_last: int, after: Schema, after_last: int)
         assert fid in old_ids or before_last < fid <= after_last
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data(), version=st.sampled_from([2, 3]), lenient=st.booleans())
 def test_random_evolutions_keep_ids_unique_and_fresh(
     data: Any, version: int, lenient: bool

@@ -9,7 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.errors import ValidationError
+from icefloe.model import hyphenate
 from icefloe.snapshot import (
     MAIN_BRANCH,
     BlobMetadata,
@@ -23,7 +25,6 @@ from icefloe.snapshot import (
     StatisticsFile,
     Summary,
     generate_snapshot_id,
-    hyphenate,
     update_totals,
 )
 
@@ -239,7 +240,7 @@ def test_update_totals_replaces_stale_totals_in_the_deltas() -> None:
 _counts = st.integers(min_value=0, max_value=10**12)
 
 
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(previous=_counts, added=_counts, removed=_counts)
 def test_update_totals_law(previous: int, added: int, removed: int) -> None:
     out = update_totals(
@@ -253,7 +254,7 @@ def test_update_totals_law(previous: int, added: int, removed: int) -> None:
         assert "total-records" not in out
 
 
-@settings(max_examples=30)
+@settings(max_examples=examples(30))
 @given(st.lists(st.tuples(_counts, _counts), min_size=1, max_size=8))
 def test_update_totals_chain_equals_sum_of_deltas(deltas: list[tuple[int, int]]) -> None:
     summary: dict[str, str] | None = None
@@ -390,7 +391,7 @@ def snapshots(draw: st.DrawFn) -> dict[str, Any]:
     return obj
 
 
-@settings(max_examples=80)
+@settings(max_examples=examples(80))
 @given(snapshots())
 def test_snapshot_round_trip_property(obj: dict[str, Any]) -> None:
     s = Snapshot.from_json(obj)

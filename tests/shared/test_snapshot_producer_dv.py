@@ -16,6 +16,7 @@ import pytest
 
 from icefloe.catalog import Table, TableIdentifier
 from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.cli.scan import task_rows
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.delete_index import is_deletion_vector
 from icefloe.deletion_vector import (
@@ -29,7 +30,6 @@ from icefloe.manifest_cache import ManifestCache
 from icefloe.manifest_reader import ManifestReader
 from icefloe.parquet import write_data_file
 from icefloe.scan import plan_scan
-from icefloe.scan_cli import task_rows
 from icefloe.schema import Schema
 from icefloe.snapshot import Summary
 from icefloe.snapshot_producer import (

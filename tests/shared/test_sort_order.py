@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.errors import ValidationError
 from icefloe.schema import Schema
 from icefloe.sort_order import (
@@ -243,7 +244,7 @@ FIELDS = st.builds(
 )
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(order_id=st.integers(1, 10_000), fields=st.lists(FIELDS, min_size=1, max_size=5))
 def test_json_round_trip(order_id: int, fields: list[SortField]) -> None:
     order = SortOrder(order_id, tuple(fields))

@@ -24,7 +24,7 @@ from icefloe.errors import (
 )
 from icefloe.fileio import LocalFileIO
 from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import apply_updates
+from icefloe.metadata_updates import apply_updates
 from icefloe.schema import Schema
 from icefloe.table_changes import TableCommit, commit_table_changes
 from icefloe.types import LongType, NestedField

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.errors import ValidationError
 from icefloe.schema import Schema
 from icefloe.transforms import (
@@ -575,7 +576,7 @@ BUCKET_SOURCES: list[IcebergType] = [
 
 
 @pytest.mark.parametrize("source", BUCKET_SOURCES, ids=str)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data(), n=st.sampled_from([1, 7, 16, 1000, INT32_MAX]))
 def test_bucket_vector_matches_scalar(source: IcebergType, data: st.DataObject, n: int) -> None:
     values = data.draw(st.lists(st.one_of(st.none(), value_strategy(source)), max_size=20))
@@ -607,7 +608,7 @@ def truncatable(source: IcebergType, width: int) -> st.SearchStrategy[Any]:
 
 
 @pytest.mark.parametrize("source", TRUNCATE_SOURCES, ids=str)
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data(), width=st.sampled_from([1, 3, 10, 1000]))
 def test_truncate_vector_matches_scalar(
     source: IcebergType, data: st.DataObject, width: int
@@ -616,7 +617,7 @@ def test_truncate_vector_matches_scalar(
     assert_agree(TruncateTransform(width), source, values)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(v=INT64, width=st.integers(1, 2**31 - 1))
 def test_truncate_int_laws(v: int, width: int) -> None:
     t = TruncateTransform(width)
@@ -630,7 +631,7 @@ def test_truncate_int_laws(v: int, width: int) -> None:
     assert t.apply(LongType(), r) == r
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(v=st.text(), width=st.integers(1, 20))
 def test_truncate_string_laws(v: str, width: int) -> None:
     r = TruncateTransform(width).apply(StringType(), v)
@@ -652,7 +653,7 @@ TIME_SOURCES: list[IcebergType] = [
 @pytest.mark.parametrize(
     "transform", [YearTransform(), MonthTransform(), DayTransform(), HourTransform()], ids=str
 )
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(data=st.data())
 def test_time_vector_matches_scalar(
     transform: Transform, source: IcebergType, data: st.DataObject
@@ -671,7 +672,7 @@ def test_time_vector_matches_scalar(
     assert_agree(transform, source, in_range)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(value=st.datetimes(min_value=dt.datetime(1, 1, 1)))
 def test_time_transforms_match_datetime(value: dt.datetime) -> None:
     us = micros(value)
@@ -688,7 +689,7 @@ def test_time_transforms_match_datetime(value: dt.datetime) -> None:
     )
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(a=INT64, b=INT64)
 def test_order_preserving_transforms_are_monotonic(a: int, b: int) -> None:
     lo, hi = min(a, b), max(a, b)
@@ -867,7 +868,7 @@ def pyiceberg_type(t: IcebergType) -> Any:
 
 @pytest.mark.interop
 @pytest.mark.parametrize("source", BUCKET_SOURCES, ids=str)
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)
 @given(data=st.data())
 def test_bucket_matches_pyiceberg(source: IcebergType, data: st.DataObject) -> None:
     from pyiceberg import transforms as pyt
@@ -880,7 +881,7 @@ def test_bucket_matches_pyiceberg(source: IcebergType, data: st.DataObject) -> N
 
 @pytest.mark.interop
 @pytest.mark.parametrize("source", [DateType(), TimestampType(), TimestamptzType()], ids=str)
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(data=st.data())
 def test_time_transforms_match_pyiceberg(source: IcebergType, data: st.DataObject) -> None:
     from pyiceberg import transforms as pyt
@@ -904,7 +905,7 @@ def test_time_transforms_match_pyiceberg(source: IcebergType, data: st.DataObjec
 
 
 @pytest.mark.interop
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=examples(50), deadline=None)
 @given(v=INT64, s=st.text(max_size=10), width=st.integers(1, 50))
 def test_truncate_matches_pyiceberg(v: int, s: str, width: int) -> None:
     from pyiceberg import transforms as pyt

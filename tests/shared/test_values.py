@@ -16,7 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.errors import ValidationError
+from icefloe.type_json import field_from_json, field_to_json
 from icefloe.types import (
     BinaryType,
     BooleanType,
@@ -44,8 +46,6 @@ from icefloe.types import (
     UnknownType,
     UUIDType,
     VariantType,
-    field_from_json,
-    field_to_json,
 )
 from icefloe.values import (
     compare,
@@ -121,7 +121,7 @@ def _same(t: PrimitiveType, a: Any, b: Any) -> bool:
 
 
 @pytest.mark.parametrize(("t", "values"), PRIMITIVES, ids=PRIMITIVE_IDS)
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(data=st.data())
 def test_binary_round_trip(t: PrimitiveType, values: st.SearchStrategy[Any], data: Any) -> None:
     value = data.draw(values)
@@ -184,7 +184,7 @@ def test_decimal_uses_minimum_bytes(unscaled: int, length: int) -> None:
     assert int.from_bytes(encoded, "big", signed=True) == unscaled
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(t=_decimal_types(), data=st.data())
 def test_decimal_length_is_minimal(t: DecimalType, data: Any) -> None:
     value = data.draw(_decimal_values(t))
@@ -231,7 +231,7 @@ def test_promoted_bounds_are_inferred_from_length(
     assert _same(current, decoded, expected)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(days=st.integers(-106_751, 106_750))
 def test_date_bound_read_as_timestamp_is_midnight(days: int) -> None:
     assert from_bytes(TimestampType(), to_bytes(DateType(), days)) == days * MICROS_PER_DAY
@@ -391,7 +391,7 @@ CROSS_CHECKED = [(t, s) for t, s in PRIMITIVES if not (isinstance(t, DecimalType
 
 @pytest.mark.interop
 @pytest.mark.parametrize(("t", "values"), CROSS_CHECKED, ids=[str(t) for t, _ in CROSS_CHECKED])
-@settings(max_examples=40)
+@settings(max_examples=examples(40))
 @given(data=st.data())
 def test_binary_form_matches_pyiceberg(
     t: PrimitiveType, values: st.SearchStrategy[Any], data: Any
@@ -412,7 +412,7 @@ def test_binary_form_matches_pyiceberg(
 
 
 @pytest.mark.parametrize(("t", "values"), PRIMITIVES, ids=PRIMITIVE_IDS)
-@settings(max_examples=60)
+@settings(max_examples=examples(60))
 @given(data=st.data())
 def test_json_round_trip(t: PrimitiveType, values: st.SearchStrategy[Any], data: Any) -> None:
     value = data.draw(values)
@@ -507,7 +507,7 @@ def test_date_and_time_json_text(t: PrimitiveType, value: int, text: str) -> Non
     assert from_json_value(t, text) == value
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(day=st.dates())
 def test_calendar_matches_python_dates(day: dt.date) -> None:
     days = (day - dt.date(1970, 1, 1)).days
@@ -515,7 +515,7 @@ def test_calendar_matches_python_dates(day: dt.date) -> None:
     assert from_json_value(DateType(), day.isoformat()) == days
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(moment=st.datetimes())
 def test_timestamps_match_python_datetimes(moment: dt.datetime) -> None:
     micros = datetime_to_micros(moment)
@@ -668,7 +668,7 @@ def test_nested_value_round_trip() -> None:
     assert from_json_value(NESTED, json.loads(json.dumps(obj))) == value
 
 
-@settings(max_examples=50)
+@settings(max_examples=examples(50))
 @given(
     value=st.dictionaries(
         st.text(max_size=5), st.lists(st.one_of(st.none(), INT32), max_size=4), max_size=4
@@ -853,14 +853,14 @@ def test_float_order_is_total() -> None:
                 assert compare(t, a, b) == (i > j) - (i < j), (a, b)
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(a=st.text(), b=st.text())
 def test_string_order_is_utf8_byte_order(a: str, b: str) -> None:
     ea, eb = a.encode(), b.encode()
     assert compare(StringType(), a, b) == (ea > eb) - (ea < eb)
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(a=st.uuids(), b=st.uuids())
 def test_uuid_order_is_unsigned_byte_order(a: uuid.UUID, b: uuid.UUID) -> None:
     assert compare(UUIDType(), a, b) == (a.bytes > b.bytes) - (a.bytes < b.bytes)
@@ -914,7 +914,7 @@ def test_binary_truncation(value: bytes, width: int, lower: bytes, upper: bytes 
         assert truncate_upper_bound(t, value, width) == upper
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(values=st.lists(st.text(min_size=1), min_size=1, max_size=5), width=st.integers(1, 4))
 def test_truncated_string_bounds_still_bound(values: list[str], width: int) -> None:
     t = StringType()
@@ -930,7 +930,7 @@ def test_truncated_string_bounds_still_bound(values: list[str], width: int) -> N
         assert all(ch == "\U0010ffff" for ch in max(values)[:width])
 
 
-@settings(max_examples=200)
+@settings(max_examples=examples(200))
 @given(values=st.lists(st.binary(min_size=1), min_size=1, max_size=5), width=st.integers(1, 4))
 def test_truncated_binary_bounds_still_bound(values: list[bytes], width: int) -> None:
     t = BinaryType()
@@ -953,7 +953,7 @@ def test_truncation_leaves_fixed_size_types_alone() -> None:
 # -- conversions -----------------------------------------------------------------------------
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(day=st.dates())
 def test_date_conversions(day: dt.date) -> None:
     days = date_to_days(day)
@@ -961,7 +961,7 @@ def test_date_conversions(day: dt.date) -> None:
     assert days == (day - dt.date(1970, 1, 1)).days
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(moment=st.datetimes(), aware=st.booleans())
 def test_datetime_conversions(moment: dt.datetime, aware: bool) -> None:
     value = moment.replace(tzinfo=dt.UTC) if aware else moment
@@ -975,7 +975,7 @@ def test_aware_datetimes_convert_to_utc() -> None:
     assert datetime_to_micros(dt.datetime(1970, 1, 1, 2, tzinfo=plus_two)) == 0
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(moment=st.times())
 def test_time_conversions(moment: dt.time) -> None:
     micros = time_to_micros(moment)

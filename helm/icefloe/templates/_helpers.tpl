@@ -116,7 +116,7 @@ Non-secret Kafka settings as ConfigMap entries; `prefix` is ICEFLOE_ or ICEFLOE_
       name: {{ $secret }}
       key: {{ $k.sasl.passwordKey }}
 {{- end }}
-{{- if and .withKeyPassword (include "icefloe.kafkaTlsMounted" $root) $k.tls.keyPasswordKey }}
+{{- if and (include "icefloe.kafkaTlsMounted" $root) $k.tls.keyPasswordKey }}
 - name: {{ $p }}TLS_KEY_PASSWORD
   valueFrom:
     secretKeyRef:
@@ -248,7 +248,7 @@ readinessProbe:
 {{- with include "icefloe.catalogSecretEnv" (dict "root" . "prefix" "ICEFLOE_") | trim }}
 {{ . }}
 {{- end }}
-{{- with include "icefloe.kafkaSecretEnv" (dict "root" . "prefix" "ICEFLOE_" "withKeyPassword" true) | trim }}
+{{- with include "icefloe.kafkaSecretEnv" (dict "root" . "prefix" "ICEFLOE_") | trim }}
 {{ . }}
 {{- end }}
 {{- with include "icefloe.awsSecretEnv" . | trim }}
@@ -265,7 +265,7 @@ readinessProbe:
 {{ . }}
 {{- end }}
 {{- if $p.useKafka }}
-{{- with include "icefloe.kafkaSecretEnv" (dict "root" . "prefix" "ICEFLOE_PLANNER_" "withKeyPassword" false) | trim }}
+{{- with include "icefloe.kafkaSecretEnv" (dict "root" . "prefix" "ICEFLOE_PLANNER_") | trim }}
 {{ . }}
 {{- end }}
 {{- end }}

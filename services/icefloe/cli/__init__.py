@@ -1,0 +1,1 @@
+"""The ``icefloe`` console command."""

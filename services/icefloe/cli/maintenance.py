@@ -1,0 +1,136 @@
+"""``icefloe table health``, ``icefloe table maintain`` and ``icefloe table compact``.
+
+``health`` prints the figures the coordinator exports per table (:mod:`icefloe.table_health`)
+and what its maintenance would do next, with the reason for each action, computed by the
+same policy code (:mod:`icefloe.maintenance_policy`). ``maintain`` runs that maintenance
+once, now. ``compact`` runs the Spark compaction (:mod:`icefloe.spark.compaction`) on a local
+Spark session (``--master``), committing through the coordinator configured by the
+``ICEFLOE_*`` environment (brokers, topics; the catalog comes from ``--catalog``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from icefloe.catalog import Catalog
+from icefloe.errors import ValidationError
+from icefloe.maintenance_policy import (
+    MaintenancePolicy,
+    compaction_candidates,
+    decide,
+    run_maintenance,
+)
+from icefloe.table_health import table_health
+
+DEFAULT_MIN_RETAIN_MS = 86_400_000
+"""The coordinator's default retention window (``maintenance_min_retain_ms``)."""
+
+
+def add_arguments(tsub: Any, with_catalog: Any) -> None:
+    """Add the subcommands to ``icefloe table``'s subparsers."""
+    p = with_catalog(tsub.add_parser("health", help="health figures and next maintenance"))
+    p.add_argument("table")
+    p.add_argument(
+        "--min-retain-ms",
+        type=int,
+        default=DEFAULT_MIN_RETAIN_MS,
+        help="retention window expiry never enters (the coordinator's dedup window)",
+    )
+    p = with_catalog(tsub.add_parser("maintain", help="run the table's maintenance policy now"))
+    p.add_argument("table")
+    p.add_argument("--min-retain-ms", type=int, default=DEFAULT_MIN_RETAIN_MS)
+    p = with_catalog(tsub.add_parser("compact", help="compact small files with Spark"))
+    p.add_argument("table")
+    p.add_argument("--where", help="limit to rows matching this filter (expression JSON)")
+    p.add_argument("--sort", action="store_true", help="sort rows by the table's sort order")
+    p.add_argument(
+        "--option",
+        "-o",
+        action="append",
+        default=[],
+        help="policy override, e.g. min_input_files=2 or target_file_size_bytes=134217728",
+    )
+    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+
+
+async def health(catalog: Catalog, identifier: str, min_retain_ms: int) -> dict[str, Any]:
+    table = await catalog.load_table(identifier)
+    now = int(time.time() * 1000)
+    figures = await table_health(table, now_ms=now)
+    plan = await compaction_candidates(table)
+    policy = MaintenancePolicy.for_table(table.metadata)
+    actions = decide(table.metadata, figures, plan, policy, now_ms=now, min_retain_ms=min_retain_ms)
+    out: dict[str, Any] = {"health": figures.to_json(), "next": [a.to_json() for a in actions]}
+    if plan is None:
+        out["compaction"] = "not supported for this table (format v3)"
+    return out
+
+
+async def maintain(catalog: Catalog, identifier: str, min_retain_ms: int) -> dict[str, Any]:
+    table = await catalog.load_table(identifier)
+    report = await run_maintenance(table, min_retain_ms=min_retain_ms)
+    out = report.to_json()
+    if report.health is not None:
+        out["health"] = report.health.to_json()
+    return out
+
+
+def _options(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValidationError(f"--option {pair!r} must look like name=value")
+        if value.lower() in ("true", "false"):
+            out[key] = value.lower() == "true"
+            continue
+        try:
+            out[key] = int(value)
+        except ValueError:
+            raise ValidationError(f"--option {pair!r}: the value must be an integer") from None
+    return out
+
+
+def compact(catalog_uri: str, args: argparse.Namespace) -> dict[str, Any]:
+    """Run a compaction on a local Spark session; the result as JSON."""
+    options = _options(args.option)
+    where = None
+    if args.where:
+        try:
+            where = json.loads(args.where)
+        except json.JSONDecodeError as e:
+            raise ValidationError(f"--where is not JSON: {e}") from None
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    import icefloe.spark as ispark
+    from icefloe.spark.compaction import compact as run_compaction
+
+    # A context already running in this process (any thread) is its owner's to stop.
+    ours = getattr(SparkContext, "_active_spark_context", None) is None
+    spark = (
+        SparkSession.builder.master(args.master)
+        .appName("icefloe-compact")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    try:
+        result = run_compaction(
+            spark,
+            args.table,
+            where=where,
+            sort=args.sort,
+            options=options,
+            config={"catalog": catalog_uri},
+        )
+        return result.to_json()
+    finally:
+        if ours:
+            ispark.shutdown()
+            spark.stop()
+
+
+__all__ = ["add_arguments", "compact", "health", "maintain"]

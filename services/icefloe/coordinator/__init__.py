@@ -1,0 +1,1 @@
+"""The commit coordinator service: one Kafka consumer group committing to Iceberg tables."""

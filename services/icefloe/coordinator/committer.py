@@ -1,0 +1,1129 @@
+"""One table's committer: checks events against the table and turns ready units into one
+snapshot, exactly once.
+
+Exactly once, from the table side
+---------------------------------
+Every snapshot the coordinator commits records, in its summary (keys under ``icefloe.``,
+which events refuse in writers' snapshot properties):
+
+``icefloe.commit-ids``
+    JSON list of the commit ids the snapshot applied.
+``icefloe.offsets``
+    JSON object ``{"<topic>/<partition>": next}``: the source partition's *safe resume
+    point* for this table at commit time (the smallest offset of any of the table's events
+    not yet done, else the partition position). Every event of the table below it is done
+    (committed in this snapshot's history, or dead-lettered), so a consumer that takes the
+    partition over skips the table's events below it. Entries of other partitions are
+    carried forward from the parent, so the newest snapshot knows every partition.
+``icefloe.positions``
+    JSON object ``{"<topic>/<partition>": position}``: the partition position the committer
+    had read up to, carried forward as a running maximum along the branch. Any snapshot
+    that contains a unit was committed after all of that unit's events were read, so its
+    position is above the unit's offsets; the running maximum makes that true of every later
+    snapshot too. Walking back from the branch head, the first snapshot whose position is at
+    or below the smallest offset of a batch therefore ends the search: neither it nor its
+    ancestors can contain the batch. (A resume point alone cannot bound the search: one
+    event pending for long holds it down while later commits keep landing.)
+
+Offsets only mean something within one incarnation of a topic: after deleting and
+re-creating the events topic under the same name, its offsets restart at 0 and the recorded
+resume points would skip new events. The coordinator therefore checks, when it loads a
+table, that the recorded position is not beyond the partition's end offset; if it is, the
+topic was re-created (or truncated), the resume point is not trusted, nothing is skipped by
+offset, and the dedup index (commit ids) alone keeps commits exactly once.
+
+Offsets decide only what is *skipped*; whether a commit id is applied is decided by the
+dedup index (:mod:`icefloe.commit_index`) over every snapshot the table lists, which is
+checked on every base an attempt builds on.
+
+Before every attempt, and again on the reloaded table after every conflict, the committer
+drops units whose commit ids the table already holds (the dedup index, kept incrementally:
+O(new snapshots) per attempt), and refuses units whose files are already live in the
+branch. The catalog's conditional swap serializes
+committers (restarted, rebalanced or zombie), and the re-check on the base each attempt
+builds on removes what another committer already did. An unknown swap outcome is resolved by
+reloading and looking for this attempt's snapshot id and then for the commit ids, never by a
+blind retry.
+
+Crash points
+------------
+``ICEFLOE_CRASH_AT`` (``after-manifests``, ``after-metadata`` or ``after-swap``) with
+optional ``ICEFLOE_CRASH_AFTER=N`` (pass the point N times, die the next) makes the process
+exit at once with status 137, as ``kill -9`` would, so tests can prove the protocol. Off by
+default. ``after-metadata`` is seen by wrapping the catalog's FileIO
+(:func:`install_crash_points`); on file-system tables writing the metadata file *is* the
+swap, so that point only means something for metastore catalogs (Redis, DynamoDB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from icefloe.binding import bind
+from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
+from icefloe.commit import CommitStats, RetryPolicy
+from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
+from icefloe.commit_index import CommitIndex
+from icefloe.commit_index import summary_commit_ids as summary_commit_ids
+from icefloe.coordinator.batcher import Unit
+from icefloe.datafile import DataFile, DataFileContent
+from icefloe.errors import (
+    CommitFailedError,
+    CommitStateUnknownError,
+    EventRejectedError,
+    IcefloeError,
+    NotFoundError,
+    ValidationConflictError,
+    ValidationError,
+)
+from icefloe.evaluators import MetricsEvaluator, StrictMetricsEvaluator, compile_row_filter
+from icefloe.events import CommitOperation, CommitRequested, FilesWritten
+from icefloe.expressions import BooleanExpression
+from icefloe.fileio import FileInfo, FileIO, parse_location
+from icefloe.manifest import ManifestEntryStatus
+from icefloe.manifest_reader import ManifestReader
+from icefloe.metadata import TableMetadata
+from icefloe.projection import inclusive_projection, strict_projection
+from icefloe.retry import Backoff, Retry, RetryEvent, RetryState
+from icefloe.schema import Schema
+from icefloe.snapshot import Operation, Snapshot
+from icefloe.snapshot_producer import FileFilter, SnapshotProducer
+from icefloe.types import DoubleType, FloatType, PrimitiveType
+from icefloe.values import from_bytes
+
+log = logging.getLogger(__name__)
+
+SUMMARY_OFFSETS = "icefloe.offsets"
+SUMMARY_POSITIONS = "icefloe.positions"
+
+DEFAULT_HISTORY_LIMIT = 10_000
+"""How many snapshots a history walk may visit before giving up on proving absence."""
+
+_INCREMENTAL_LIMIT = 1000
+"""Beyond this many new snapshots the live-file set is rebuilt rather than patched."""
+
+CRASH_POINTS = ("after-manifests", "after-metadata", "after-swap")
+CRASH_EXIT_STATUS = 137
+
+
+def source_key(topic: str, partition: int) -> str:
+    """How a source partition is named in the summary maps."""
+    return f"{topic}/{partition}"
+
+
+# -- crash points ------------------------------------------------------------------------
+
+
+class CrashPoints:
+    """Test-only process death at named points of a commit (see the module docstring)."""
+
+    def __init__(self, at: str | None = None, after: int = 0) -> None:
+        if at is not None and at not in CRASH_POINTS:
+            raise ValidationError(
+                f"ICEFLOE_CRASH_AT={at!r} is not a crash point; use one of {list(CRASH_POINTS)}"
+            )
+        if after < 0:
+            raise ValidationError(f"ICEFLOE_CRASH_AFTER={after} must not be negative")
+        self.at = at
+        self.after = after
+        self.passed = 0
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> CrashPoints:
+        env = os.environ if environ is None else environ
+        at = env.get("ICEFLOE_CRASH_AT") or None
+        raw = env.get("ICEFLOE_CRASH_AFTER", "0") or "0"
+        try:
+            after = int(raw)
+        except ValueError:
+            raise ValidationError(f"ICEFLOE_CRASH_AFTER={raw!r} is not an integer") from None
+        return cls(at, after)
+
+    @property
+    def armed(self) -> bool:
+        return self.at is not None
+
+    def reach(self, point: str) -> None:
+        if point != self.at:
+            return
+        if self.passed < self.after:
+            self.passed += 1
+            return
+        log.critical("crash point %s reached: exiting with status %d", point, CRASH_EXIT_STATUS)
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(CRASH_EXIT_STATUS)
+
+
+_COMMITTING: contextvars.ContextVar[CrashPoints | None] = contextvars.ContextVar(
+    "icefloe_committing", default=None
+)
+
+
+class CrashPointFileIO(FileIO):
+    """Delegates to ``inner``; inside a commit, reaches ``after-metadata`` once a metadata
+    file has been written (before the catalog swaps its pointer to it)."""
+
+    def __init__(self, inner: FileIO) -> None:
+        self.inner = inner
+
+    async def read(self, path: str) -> bytes:
+        return await self.inner.read(path)
+
+    async def read_range(self, path: str, start: int, length: int) -> bytes:
+        return await self.inner.read_range(path, start, length)
+
+    async def write(self, path: str, data: bytes) -> None:
+        await self.inner.write(path, data)
+
+    async def write_once(self, path: str, data: bytes) -> None:
+        await self.inner.write_once(path, data)
+        crash = _COMMITTING.get()
+        if crash is not None and path.endswith(".metadata.json"):
+            crash.reach("after-metadata")
+
+    async def delete(self, path: str) -> None:
+        await self.inner.delete(path)
+
+    async def exists(self, path: str) -> bool:
+        return await self.inner.exists(path)
+
+    async def size(self, path: str) -> int:
+        return await self.inner.size(path)
+
+    async def list(self, prefix: str) -> AsyncIterator[FileInfo]:
+        async for info in self.inner.list(prefix):
+            yield info
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+def install_crash_points(catalog: Catalog, crash: CrashPoints) -> None:
+    """Wrap the catalog's FileIO so ``after-metadata`` can be reached (no-op unless armed)."""
+    if crash.at == "after-metadata" and not isinstance(catalog.io, CrashPointFileIO):
+        catalog.io = CrashPointFileIO(catalog.io)
+
+
+# -- summaries and history ---------------------------------------------------------------
+
+
+def _json_map(summary: Mapping[str, str] | None, key: str) -> dict[str, int] | None:
+    """An ``icefloe.*`` offset map, or None when absent or not ours (junk is ignored)."""
+    if summary is None or key not in summary:
+        return None
+    try:
+        obj = json.loads(summary[key])
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    return {str(k): v for k, v in obj.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+
+def summary_offsets(snapshot: Snapshot) -> dict[str, int] | None:
+    return _json_map(snapshot.summary, SUMMARY_OFFSETS)
+
+
+def summary_positions(snapshot: Snapshot) -> dict[str, int] | None:
+    return _json_map(snapshot.summary, SUMMARY_POSITIONS)
+
+
+class History:
+    """Ancestry walks over one table metadata, with snapshots indexed by id once."""
+
+    def __init__(self, metadata: TableMetadata, limit: int = DEFAULT_HISTORY_LIMIT) -> None:
+        self.metadata = metadata
+        self.limit = limit
+        self._by_id = {s.snapshot_id: s for s in metadata.snapshots}
+
+    def snapshot(self, snapshot_id: int) -> Snapshot | None:
+        return self._by_id.get(snapshot_id)
+
+    def branch_heads(self) -> dict[str, Snapshot]:
+        out = {}
+        for name, ref in self.metadata.refs.items():
+            snapshot = self._by_id.get(ref.snapshot_id)
+            if ref.is_branch and snapshot is not None:
+                out[name] = snapshot
+        return out
+
+    def ancestry(self, branch: str) -> Iterator[Snapshot]:
+        """The branch head and its parents, newest first, up to ``limit`` snapshots."""
+        ref = self.metadata.refs.get(branch)
+        yield from self.ancestry_of(None if ref is None else ref.snapshot_id)
+
+    def ancestry_of(self, snapshot_id: int | None) -> Iterator[Snapshot]:
+        seen: set[int] = set()
+        current = None if snapshot_id is None else self._by_id.get(snapshot_id)
+        while current is not None and current.snapshot_id not in seen:
+            if len(seen) >= self.limit:
+                return
+            seen.add(current.snapshot_id)
+            yield current
+            parent = current.parent_snapshot_id
+            current = None if parent is None else self._by_id.get(parent)
+
+    def latest_maps(self, branch: str) -> tuple[dict[str, int], dict[str, int]]:
+        """The offsets and positions maps a new snapshot on ``branch`` carries forward."""
+        offsets: dict[str, int] | None = None
+        positions: dict[str, int] | None = None
+        for snapshot in self.ancestry(branch):
+            if offsets is None:
+                offsets = summary_offsets(snapshot)
+            if positions is None:
+                positions = summary_positions(snapshot)
+            if offsets is not None and positions is not None:
+                break
+        return offsets or {}, positions or {}
+
+    def committed(self, branch: str, source: str, min_offset: int) -> dict[str, int]:
+        """Commit ids (to their snapshot ids) that may concern events at or after
+        ``min_offset`` of ``source``: the walk stops at the first snapshot whose recorded
+        position for the source is at or below it (see the module docstring).
+
+        This proves only that *those events* were not committed, not that a commit id was
+        not (a retry's events sit above every recorded position), so it no longer decides
+        anything: whether a commit id is applied is the dedup index's question
+        (:class:`~icefloe.commit_index.CommitIndex`). It stays as the benchmark's peer."""
+        found: dict[str, int] = {}
+        for snapshot in self.ancestry(branch):
+            positions = summary_positions(snapshot)
+            if positions is not None and positions.get(source, min_offset + 1) <= min_offset:
+                break
+            for commit_id in summary_commit_ids(snapshot):
+                found.setdefault(commit_id, snapshot.snapshot_id)
+        return found
+
+    def recorded_position(self, source: str) -> int | None:
+        """The highest partition position any branch recorded for ``source``: for the same
+        incarnation of the topic it can never be above the partition's end offset."""
+        best: int | None = None
+        for branch in self.branch_heads():
+            for snapshot in self.ancestry(branch):
+                positions = summary_positions(snapshot)
+                if positions is not None and source in positions:
+                    value = positions[source]
+                    best = value if best is None else max(best, value)
+                    break
+        return best
+
+    def resume_point(self, source: str) -> int | None:
+        """The highest resume point any branch recorded for ``source``; every one is a true
+        statement (what was done stays done), so the highest is the most useful."""
+        best: int | None = None
+        for branch in self.branch_heads():
+            for snapshot in self.ancestry(branch):
+                offsets = summary_offsets(snapshot)
+                if offsets is not None and source in offsets:
+                    value = offsets[source]
+                    best = value if best is None else max(best, value)
+                    break
+        return best
+
+
+# -- checks on events --------------------------------------------------------------------
+
+
+def _canonical(location: str) -> tuple[str, str | None, str]:
+    scheme, bucket, path = parse_location(location)
+    if scheme in ("s3a", "s3n"):
+        scheme = "s3"
+    return scheme, bucket, path
+
+
+def _within(path: str, root: str) -> bool:
+    try:
+        p_scheme, p_bucket, p_path = _canonical(path)
+        r_scheme, r_bucket, r_path = _canonical(root)
+    except ValidationError:
+        return False
+    prefix = r_path.rstrip("/") + "/"
+    return p_scheme == r_scheme and p_bucket == r_bucket and p_path.startswith(prefix)
+
+
+def check_path(metadata: TableMetadata, path: str, table: str) -> None:
+    """Refuse paths with ``..`` segments or outside the table's location (or data path)."""
+    segments = path.split("/")
+    if ".." in segments or "." in segments[3:]:
+        raise EventRejectedError(
+            "bad-path", f"file {path!r} of table {table} has a '.' or '..' path segment"
+        )
+    roots = {metadata.location, data_dir(metadata)}
+    if not any(_within(path, root) for root in roots):
+        raise EventRejectedError(
+            "bad-path",
+            f"file {path!r} is outside the location of table {table} "
+            f"({metadata.location!r}); writers must write under it",
+        )
+
+
+def _comparable(t: PrimitiveType) -> bool:
+    return not isinstance(t, FloatType | DoubleType)
+
+
+def check_metrics(data_file: DataFile, schema: Schema, table: str) -> None:
+    """Counts and bounds that contradict each other or the schema (beyond
+    :meth:`DataFile.validate`, which the decoder already ran)."""
+    where = f"table {table}: file {data_file.file_path!r}"
+
+    def bad(what: str) -> EventRejectedError:
+        return EventRejectedError("invalid-counts", f"{where}: {what}")
+
+    if data_file.record_count > 0 and data_file.file_size_in_bytes == 0:
+        raise bad(f"'record-count' is {data_file.record_count} but 'file-size-in-bytes' is 0")
+    for name, counts in (
+        ("column-sizes", data_file.column_sizes),
+        ("value-counts", data_file.value_counts),
+        ("null-value-counts", data_file.null_value_counts),
+        ("nan-value-counts", data_file.nan_value_counts),
+        ("lower-bounds", data_file.lower_bounds),
+        ("upper-bounds", data_file.upper_bounds),
+    ):
+        for fid in counts or {}:
+            if schema.find_field(fid) is None:
+                raise bad(f"{name!r} names column id {fid}, not in schema {schema.schema_id}")
+    values = data_file.value_counts or {}
+    nulls = data_file.null_value_counts or {}
+    nans = data_file.nan_value_counts or {}
+    for fid, n in (*values.items(), *nulls.items()):
+        if n > data_file.record_count and not schema.is_in_list_or_map(fid):
+            raise bad(
+                f"column {fid} counts {n} value(s) in a file of {data_file.record_count} record(s)"
+            )
+    for fid, n in nans.items():
+        total = values.get(fid)
+        if total is not None and n + nulls.get(fid, 0) > total:
+            raise bad(
+                f"column {fid}: {n} NaN and {nulls.get(fid, 0)} null value(s) exceed its "
+                f"{total} value(s)"
+            )
+    lowers = data_file.lower_bounds or {}
+    uppers = data_file.upper_bounds or {}
+    for fid in lowers.keys() & uppers.keys():
+        t = schema.find_type(fid)
+        if not isinstance(t, PrimitiveType) or not _comparable(t):
+            continue
+        try:
+            low, high = from_bytes(t, lowers[fid]), from_bytes(t, uppers[fid])
+        except (ValidationError, ValueError):
+            raise bad(f"bounds of column {fid} cannot be read as {t}") from None
+        if low > high:
+            raise bad(f"column {fid}: lower bound {low!r} is above upper bound {high!r}")
+    for offset in data_file.split_offsets or ():
+        if offset < 0 or offset >= max(data_file.file_size_in_bytes, 1):
+            raise bad(
+                f"split offset {offset} is outside the file of "
+                f"{data_file.file_size_in_bytes} byte(s)"
+            )
+    if data_file.equality_ids:
+        for fid in data_file.equality_ids:
+            if schema.find_field(fid) is None:
+                raise bad(f"equality id {fid} is not a column of schema {schema.schema_id}")
+
+
+# -- overwrite filters -------------------------------------------------------------------
+
+
+def overwrite_filter(metadata: TableMetadata, expr: BooleanExpression) -> FileFilter:
+    """Which live files an overwrite by ``expr`` removes.
+
+    A file whose rows all match (by partition or by metrics) is removed; one that cannot
+    hold a match is kept; a data file that may hold both refuses the overwrite, since
+    removing it would drop rows the filter keeps.
+    """
+    schema = metadata.schema()
+    bind(schema, expr)  # a filter naming unknown columns fails here, with the column named
+    strict_rows = StrictMetricsEvaluator(schema, expr)
+    may_rows = MetricsEvaluator(schema, expr, include_empty_files=True)
+    per_spec: dict[int, tuple[Any, Any]] = {}
+
+    def partition_tests(spec_id: int, base: TableMetadata) -> tuple[Any, Any]:
+        tests = per_spec.get(spec_id)
+        if tests is None:
+            spec = base.spec_by_id(spec_id)
+            if spec is None:
+                raise ValidationError(f"partition spec {spec_id} is not a spec of the table")
+            tests = (
+                compile_row_filter(strict_projection(schema, spec)(expr)),
+                compile_row_filter(inclusive_projection(schema, spec)(expr)),
+            )
+            per_spec[spec_id] = tests
+        return tests
+
+    def removes(data_file: DataFile, base: TableMetadata) -> bool:
+        strict_part, may_part = partition_tests(data_file.spec_id, base)
+        if strict_part(data_file.partition) or strict_rows.eval(data_file):
+            return True
+        if data_file.content != DataFileContent.DATA:
+            return False
+        if not may_part(data_file.partition) or not may_rows.eval(data_file):
+            return False
+        raise ValidationConflictError(
+            f"data file {data_file.file_path} may hold rows both matching and not matching "
+            "the overwrite filter; rewrite it before overwriting by this filter"
+        )
+
+    return removes
+
+
+def replace_partitions_filter(added: Sequence[DataFile]) -> FileFilter:
+    """Dynamic overwrite: remove every live file in a partition the new files write."""
+    partitions = {(f.spec_id, f.partition) for f in added}
+
+    def removes(data_file: DataFile, base: TableMetadata) -> bool:
+        return (data_file.spec_id, data_file.partition) in partitions
+
+    return removes
+
+
+# -- the committer -----------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CommitOutcome:
+    """What one :meth:`TableCommitter.commit` did with its units.
+
+    ``snapshots`` are the snapshots this call committed, each with its units (one, unless
+    a batch had to be split to find a unit that no longer applies); ``already_committed``
+    maps commit ids found in the table's history to the snapshot that holds them.
+    """
+
+    table: Table | None = None
+    snapshots: list[tuple[Snapshot, list[Unit]]] = field(default_factory=list)
+    already_committed: dict[str, int] = field(default_factory=dict)
+    rejected: list[tuple[Unit, EventRejectedError]] = field(default_factory=list)
+    stats: CommitStats = field(default_factory=CommitStats)
+
+    @property
+    def snapshots_by_commit_id(self) -> dict[str, int]:
+        out = dict(self.already_committed)
+        for snapshot, units in self.snapshots:
+            out.update({u.commit_id: snapshot.snapshot_id for u in units})
+        return out
+
+    @property
+    def committed_units(self) -> list[Unit]:
+        return [u for _, units in self.snapshots for u in units]
+
+
+class _Reshape(IcefloeError):
+    """The base shows that some units are already committed or can no longer be added."""
+
+    def __init__(
+        self, already: dict[str, int], rejected: list[tuple[Unit, EventRejectedError]]
+    ) -> None:
+        super().__init__(f"{len(already)} unit(s) already committed, {len(rejected)} refused")
+        self.already = already
+        self.rejected = rejected
+
+
+@dataclass(slots=True)
+class _LiveFiles:
+    snapshot_id: int | None
+    paths: set[str]
+
+
+class TableCommitter:
+    """Loads one table, checks its events, and commits batches of its units exactly once.
+
+    ``source`` names the Kafka partition the units were read from (:func:`source_key`). One
+    committer is used by one task at a time: at most one commit per table is in flight.
+    """
+
+    def __init__(
+        self,
+        catalog: Catalog,
+        identifier: str | TableIdentifier,
+        source: str,
+        *,
+        check_files: bool = True,
+        file_check_concurrency: int = 32,
+        crash: CrashPoints | None = None,
+        history_limit: int = DEFAULT_HISTORY_LIMIT,
+        reader: ManifestReader | None = None,
+        retry_policy: RetryPolicy | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.identifier = TableIdentifier.parse(identifier)
+        self.source = source
+        self.check_files = check_files
+        self.file_check_concurrency = file_check_concurrency
+        self.crash = crash or CrashPoints()
+        self.history_limit = history_limit
+        self.reader = reader or ManifestReader(catalog.io)
+        self.retry_policy = retry_policy
+        self.table: Table | None = None
+        self._history: History | None = None
+        self._live: dict[str, _LiveFiles] = {}
+        self.index = CommitIndex()
+        self.restart_positions = False  # set when the source topic was found re-created
+
+    @property
+    def name(self) -> str:
+        return str(self.identifier)
+
+    # -- loading ---------------------------------------------------------------------------
+
+    async def load(self) -> Table:
+        """(Re)load the table; NotFoundError if it does not exist."""
+        self.table = await self.catalog.load_table(self.identifier)
+        return self.table
+
+    async def current(self) -> Table:
+        return self.table if self.table is not None else await self.load()
+
+    def history(self, metadata: TableMetadata | None = None) -> History:
+        if metadata is None:
+            if self.table is None:
+                raise ValidationError(f"table {self.name} is not loaded")
+            metadata = self.table.metadata
+        if self._history is None or self._history.metadata is not metadata:
+            self._history = History(metadata, self.history_limit)
+        return self._history
+
+    def resume_point(self) -> int | None:
+        """The recorded resume point of this committer's source partition, if any."""
+        return self.history().resume_point(self.source)
+
+    def recorded_position(self) -> int | None:
+        """The highest position recorded for this committer's source partition, if any."""
+        return self.history().recorded_position(self.source)
+
+    def committed_snapshot(self, commit_id: str) -> int | None:
+        """The snapshot of the loaded table (any branch, any writer) that applied
+        ``commit_id``, or None: the dedup index (:mod:`icefloe.commit_index`)."""
+        if self.table is not None:
+            self.index.update(self.table.metadata)
+        return self.index.get(commit_id)
+
+    async def live_paths(self, metadata: TableMetadata, branch: str) -> set[str]:
+        """Paths of the data and delete files live in ``branch`` (kept up to date by
+        applying each new snapshot's own manifest entries to the last known set)."""
+        head = metadata.snapshot_by_ref(branch)
+        head_id = None if head is None else head.snapshot_id
+        cached = self._live.get(branch)
+        if cached is not None and cached.snapshot_id == head_id:
+            return cached.paths
+        specs = metadata.specs()
+        if head is None:
+            live = _LiveFiles(None, set())
+        else:
+            newer: list[Snapshot] = []
+            found = False
+            if cached is not None and cached.snapshot_id is not None:
+                for snapshot in self.history(metadata).ancestry_of(head_id):
+                    if snapshot.snapshot_id == cached.snapshot_id:
+                        found = True
+                        break
+                    newer.append(snapshot)
+                    if len(newer) > _INCREMENTAL_LIMIT:
+                        break
+            if found and cached is not None:
+                paths = set(cached.paths)
+                for snapshot in reversed(newer):
+                    for manifest in await self.reader.manifests(snapshot):
+                        if manifest.added_snapshot_id != snapshot.snapshot_id:
+                            continue
+                        for entry in await self.reader.entries(manifest, specs):
+                            if entry.snapshot_id != snapshot.snapshot_id:
+                                continue
+                            if entry.status == ManifestEntryStatus.ADDED:
+                                paths.add(entry.data_file.file_path)
+                            elif entry.status == ManifestEntryStatus.DELETED:
+                                paths.discard(entry.data_file.file_path)
+            else:
+                paths = set()
+                for manifest in await self.reader.manifests(head):
+                    for entry in await self.reader.entries(manifest, specs, live_only=True):
+                        paths.add(entry.data_file.file_path)
+            live = _LiveFiles(head_id, paths)
+        self._live[branch] = live
+        return live.paths
+
+    # -- checks on incoming events ---------------------------------------------------------
+
+    async def validate_files_written(
+        self, event: FilesWritten
+    ) -> tuple[list[DataFile], list[DataFile]]:
+        """The event's files, checked against the table; EventRejectedError says why not.
+
+        Storage errors while checking files (other than a missing file) propagate: they say
+        nothing about the event and the caller retries.
+        """
+        table = await self.current()
+        metadata = table.metadata
+        what = f"files-written event {event.event_id} for table {self.name}"
+        if (
+            metadata.schema_by_id(event.schema_id) is None
+            or metadata.spec_by_id(event.spec_id) is None
+        ):
+            # A writer may have evolved the table since it was loaded: look once more.
+            metadata = (await self.load()).metadata
+        schema = metadata.schema_by_id(event.schema_id)
+        if schema is None:
+            known = sorted(s.schema_id for s in metadata.schemas)
+            raise EventRejectedError(
+                "unknown-schema",
+                f"{what}: 'schema-id' {event.schema_id} is not a schema of the table "
+                f"(known: {known})",
+            )
+        if metadata.spec_by_id(event.spec_id) is None:
+            raise EventRejectedError(
+                "unknown-spec",
+                f"{what}: 'spec-id' {event.spec_id} is not a partition spec of the table "
+                f"(known: {sorted(metadata.specs())})",
+            )
+        try:
+            data_files, delete_files = event.decode_files(schema, metadata.specs())
+        except ValidationError as e:
+            raise EventRejectedError("invalid-file", str(e)) from None
+        if delete_files and metadata.format_version < 2:
+            raise EventRejectedError(
+                "invalid-file",
+                f"{what}: delete files need table format v2 or later; the table is "
+                f"v{metadata.format_version}",
+            )
+        for f in (*data_files, *delete_files):
+            check_path(metadata, f.file_path, self.name)
+            check_metrics(f, schema, self.name)
+        live = await self.live_paths(metadata, event.branch or "main")
+        for f in (*data_files, *delete_files):
+            if f.file_path in live:
+                raise EventRejectedError(
+                    "duplicate-file",
+                    f"{what}: file {f.file_path!r} is already in the table",
+                )
+        if self.check_files:
+            await self._check_storage([*data_files, *delete_files], what)
+        return data_files, delete_files
+
+    async def _check_storage(self, files: Sequence[DataFile], what: str) -> None:
+        limit = asyncio.Semaphore(self.file_check_concurrency)
+        io = self.catalog.io
+
+        async def size_of(f: DataFile) -> int | None:
+            async with limit:
+                try:
+                    return await io.size(f.file_path)
+                except NotFoundError:
+                    return None
+
+        sizes = await asyncio.gather(*(size_of(f) for f in files))
+        for f, size in zip(files, sizes):
+            if size is None:
+                raise EventRejectedError(
+                    "missing-file", f"{what}: file {f.file_path!r} does not exist"
+                )
+            if size != f.file_size_in_bytes:
+                raise EventRejectedError(
+                    "size-mismatch",
+                    f"{what}: file {f.file_path!r} has {size} byte(s) in storage but the event "
+                    f"says 'file-size-in-bytes' is {f.file_size_in_bytes}",
+                )
+
+    async def validate_commit_requested(self, request: CommitRequested) -> None:
+        """Refuse requests that can never apply to this table (EventRejectedError)."""
+        table = await self.current()
+        metadata = table.metadata
+        what = f"commit-requested {request.event_id} (commit id {request.commit_id!r})"
+        ref = metadata.refs.get(request.target_branch)
+        if ref is not None and not ref.is_branch:
+            raise EventRejectedError(
+                "invalid-request", f"{what}: {request.target_branch!r} is a tag, not a branch"
+            )
+        if request.operation == CommitOperation.ROW_DELTA and metadata.format_version < 2:
+            raise EventRejectedError(
+                "invalid-request",
+                f"{what}: row deltas need table format v2 or later; table {self.name} is "
+                f"v{metadata.format_version}",
+            )
+        expr = request.overwrite_expression()
+        if expr is not None:
+            try:
+                bind(metadata.schema(), expr)
+            except ValidationError as e:
+                raise EventRejectedError(
+                    "invalid-request", f"{what}: 'overwrite-filter' does not apply: {e}"
+                ) from None
+        if (
+            request.base_snapshot_id is not None
+            and metadata.snapshot_by_id(request.base_snapshot_id) is None
+            # the cached table may predate a commit made outside the coordinator (a row
+            # delta by another engine, say) that the requester planned on: look again
+            and (await self.load()).metadata.snapshot_by_id(request.base_snapshot_id) is None
+        ):
+            raise EventRejectedError(
+                "invalid-request",
+                f"{what}: 'base-snapshot-id' {request.base_snapshot_id} is not a snapshot of "
+                f"table {self.name}",
+            )
+
+    # -- committing ------------------------------------------------------------------------
+
+    async def commit(
+        self, units: Sequence[Unit], *, resume_offset: int, position: int
+    ) -> CommitOutcome:
+        """Commit ``units`` (consecutive appends, or one other operation) as one snapshot.
+
+        Units already in the table are reported in ``already_committed``; units that can
+        no longer apply (their files are already live, a rewritten file is gone, ...) in
+        ``rejected``. Transient failures (storage, catalog) are retried with backoff until
+        they pass: the caller cancels the task to give up.
+        """
+        outcome = CommitOutcome(self.table)
+        remaining = list(units)
+        # Two kinds of retry, one utility: lost swaps are retried inside producer.commit
+        # under the table's commit.retry.* policy (icefloe.commit); what still fails here
+        # (storage, catalog, a conflict storm) is retried below, forever, on a fresh base.
+        transient = self._transient_retry().start()
+        while remaining:
+            token = _COMMITTING.set(self.crash)
+            producer: _UnitsProducer | None = None
+            try:
+                table = await self.current()
+                producer = _UnitsProducer(self, table, remaining, resume_offset, position)
+                committed = await producer.commit(self.retry_policy)
+            except _Reshape as r:
+                outcome.already_committed.update(r.already)
+                outcome.rejected.extend(r.rejected)
+                dropped = set(r.already) | {u.commit_id for u, _ in r.rejected}
+                remaining = [u for u in remaining if u.commit_id not in dropped]
+                continue
+            except (ValidationError, ValidationConflictError) as e:
+                if len(remaining) > 1:
+                    # Appends of validated files should never get here; find the culprit by
+                    # committing the units one at a time.
+                    for unit in remaining:
+                        single = await self.commit(
+                            [unit], resume_offset=resume_offset, position=position
+                        )
+                        _merge(outcome, single)
+                    return outcome
+                kind = e.kind if isinstance(e, EventRejectedError) else "conflict"
+                outcome.rejected.append(
+                    (remaining[0], EventRejectedError(kind, f"table {self.name}: {e}"))
+                )
+                remaining = []
+                continue
+            except NotFoundError as e:
+                if await self._table_missing():
+                    for unit in remaining:
+                        outcome.rejected.append((unit, EventRejectedError("unknown-table", f"{e}")))
+                    remaining = []
+                    continue
+                await self._backoff(e, transient)
+                continue
+            except (CommitFailedError, CommitStateUnknownError) as e:
+                outcome.stats.conflicts += 1
+                await self._backoff(e, transient)
+                continue
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # storage or catalog trouble: never drop the units
+                await self._backoff(e, transient)
+                continue
+            finally:
+                _COMMITTING.reset(token)
+                if producer is not None:
+                    _add_stats(outcome.stats, producer.stats)
+            self.crash.reach("after-swap")
+            self.table = committed
+            outcome.table = committed
+            snapshot = committed.metadata.snapshot_by_id(producer.snapshot_id)
+            if snapshot is None:
+                # Resolved as applied without our snapshot: the next round's check on the
+                # base decides what is left to do.
+                continue
+            outcome.snapshots.append((snapshot, remaining))
+            remaining = []
+            await self._advance_live(committed.metadata, snapshot, producer)
+        outcome.table = self.table or outcome.table
+        return outcome
+
+    async def _advance_live(
+        self, metadata: TableMetadata, snapshot: Snapshot, producer: _UnitsProducer
+    ) -> None:
+        """Bring the live-file set to our new snapshot: an append on top of the known head
+        only adds its files (no need to read back what we just wrote)."""
+        cached = self._live.get(producer.branch)
+        if (
+            producer.operation == Operation.APPEND
+            and cached is not None
+            and cached.snapshot_id == snapshot.parent_snapshot_id
+        ):
+            cached.paths.update(f.file_path for u in producer.units for f in u.data_files)
+            cached.snapshot_id = snapshot.snapshot_id
+            return
+        await self.live_paths(metadata, producer.branch)
+
+    async def _table_missing(self) -> bool:
+        try:
+            await self.load()
+        except NotFoundError:
+            self.table = None
+            return True
+        except Exception:
+            return False
+        return False
+
+    def _transient_retry(self) -> Retry:
+        """The table's commit backoff, capped at 30s (and at 256 times its minimum)."""
+        policy = self.retry_policy or RetryPolicy()
+        base = policy.backoff.base_s
+        cap_s = 30.0
+        backoff = Backoff(min(base, cap_s), min(policy.backoff.max_s, base * 256, cap_s))
+
+        def on_retry(event: RetryEvent) -> None:
+            log.warning(
+                "commit to %s failed (%s: %s); retrying in %.2fs",
+                self.name,
+                type(event.error).__name__,
+                event.error,
+                event.delay_s,
+                extra={"table": self.name, "failures": event.failures},
+            )
+
+        return Retry(backoff, on_retry=on_retry)
+
+    async def _backoff(self, error: Exception, transient: RetryState) -> None:
+        """Wait before the next attempt (never gives up: the caller cancels), then reload."""
+        await transient.backoff(error)
+        self.table = None
+        try:
+            await self.load()
+        except Exception as e:  # the next round reports it again
+            log.warning("reloading %s failed: %s", self.name, e, extra={"table": self.name})
+
+    async def check_units(self, table: Table, units: Sequence[Unit]) -> None:
+        """The re-check before each attempt: raise _Reshape if the base already holds some
+        units or holds files they add."""
+        self.table = table
+        branch = units[0].branch
+        index = self.index
+        index.update(table.metadata)
+        already: dict[str, int] = {}
+        for u in units:
+            snapshot_id = index.get(u.commit_id)
+            if snapshot_id is not None:
+                already[u.commit_id] = snapshot_id
+        live = await self.live_paths(table.metadata, branch)
+        rejected: list[tuple[Unit, EventRejectedError]] = []
+        adding: dict[str, str] = {}
+        for unit in units:
+            if unit.commit_id in already:
+                continue
+            problem: EventRejectedError | None = None
+            for f in (*unit.data_files, *unit.delete_files):
+                if f.file_path in live:
+                    problem = EventRejectedError(
+                        "duplicate-file",
+                        f"commit id {unit.commit_id!r}: file {f.file_path!r} is already in "
+                        f"table {self.name}",
+                    )
+                    break
+                other = adding.get(f.file_path)
+                if other is not None:
+                    problem = EventRejectedError(
+                        "duplicate-file",
+                        f"commit id {unit.commit_id!r}: file {f.file_path!r} is also added by "
+                        f"commit id {other!r}",
+                    )
+                    break
+            if problem is not None:
+                rejected.append((unit, problem))
+                continue
+            for f in (*unit.data_files, *unit.delete_files):
+                adding[f.file_path] = unit.commit_id
+        if already or rejected:
+            raise _Reshape(already, rejected)
+
+    def summary_properties(
+        self, metadata: TableMetadata, units: Sequence[Unit], resume_offset: int, position: int
+    ) -> dict[str, str]:
+        """The ``icefloe.*`` summary entries of a snapshot committing ``units``."""
+        offsets, positions = self.history(metadata).latest_maps(units[0].branch)
+        offsets = {**offsets, self.source: resume_offset}
+        if self.restart_positions:
+            # A new incarnation of the topic: the old running maximum means nothing now.
+            positions = {**positions, self.source: position}
+        else:
+            positions = {**positions, self.source: max(positions.get(self.source, 0), position)}
+        return {
+            SUMMARY_COMMIT_IDS: json.dumps([u.commit_id for u in units], separators=(",", ":")),
+            SUMMARY_OFFSETS: json.dumps(offsets, separators=(",", ":"), sort_keys=True),
+            SUMMARY_POSITIONS: json.dumps(positions, separators=(",", ":"), sort_keys=True),
+        }
+
+    async def check_base(self, table: Table, unit: Unit) -> None:
+        """For a request with ``base-snapshot-id``: the base must still be in the branch's
+        history, and nothing committed since may conflict (ValidationConflictError)."""
+        request = unit.request
+        base_id = request.base_snapshot_id
+        if base_id is None:
+            return
+        history = self.history(table.metadata)
+        since: list[Snapshot] = []
+        for snapshot in history.ancestry(unit.branch):
+            if snapshot.snapshot_id == base_id:
+                break
+            since.append(snapshot)
+        else:
+            raise ValidationConflictError(
+                f"commit id {unit.commit_id!r}: base snapshot {base_id} is no longer in the "
+                f"history of branch {unit.branch!r} of table {self.name}"
+            )
+        if not since:
+            return
+        specs = table.metadata.specs()
+        added: list[DataFile] = []
+        for snapshot in since:
+            for manifest in await self.reader.manifests(snapshot):
+                if manifest.added_snapshot_id != snapshot.snapshot_id:
+                    continue
+                for entry in await self.reader.entries(manifest, specs):
+                    if (
+                        entry.status == ManifestEntryStatus.ADDED
+                        and entry.snapshot_id == snapshot.snapshot_id
+                    ):
+                        added.append(entry.data_file)
+        if request.operation == CommitOperation.OVERWRITE:
+            expr = request.overwrite_expression()
+            if expr is not None:
+                schema = table.metadata.schema()
+                may_rows = MetricsEvaluator(schema, expr, include_empty_files=True)
+                tests: dict[int, Any] = {}
+                for f in added:
+                    if f.content != DataFileContent.DATA:
+                        continue
+                    spec = table.metadata.spec_by_id(f.spec_id)
+                    if spec is None:
+                        continue
+                    test = tests.get(f.spec_id)
+                    if test is None:
+                        test = compile_row_filter(inclusive_projection(schema, spec)(expr))
+                        tests[f.spec_id] = test
+                    if test(f.partition) and may_rows.eval(f):
+                        raise ValidationConflictError(
+                            f"commit id {unit.commit_id!r}: file {f.file_path} was added after "
+                            f"base snapshot {base_id} and may match the overwrite filter"
+                        )
+            else:
+                written = {(f.spec_id, f.partition) for f in unit.data_files}
+                for f in added:
+                    if (f.spec_id, f.partition) in written:
+                        raise ValidationConflictError(
+                            f"commit id {unit.commit_id!r}: file {f.file_path} was added after "
+                            f"base snapshot {base_id} to a partition this overwrite replaces"
+                        )
+        elif request.operation == CommitOperation.REWRITE:
+            rewritten = set(request.rewritten_files)
+            for f in added:
+                if f.referenced_data_file is not None and f.referenced_data_file in rewritten:
+                    raise ValidationConflictError(
+                        f"commit id {unit.commit_id!r}: delete file {f.file_path} added after "
+                        f"base snapshot {base_id} applies to rewritten file "
+                        f"{f.referenced_data_file}"
+                    )
+        elif request.operation == CommitOperation.ROW_DELTA:
+            live = await self.live_paths(table.metadata, unit.branch)
+            for f in unit.delete_files:
+                ref = f.referenced_data_file
+                if ref is not None and ref not in live:
+                    raise ValidationConflictError(
+                        f"commit id {unit.commit_id!r}: delete file {f.file_path} applies to "
+                        f"{ref}, which is no longer in the table"
+                    )
+
+
+def _add_stats(total: CommitStats, more: CommitStats) -> None:
+    total.attempts += more.attempts
+    total.conflicts += more.conflicts
+    total.unknown_outcomes += more.unknown_outcomes
+
+
+def _merge(total: CommitOutcome, part: CommitOutcome) -> None:
+    total.table = part.table or total.table
+    total.snapshots.extend(part.snapshots)
+    total.already_committed.update(part.already_committed)
+    total.rejected.extend(part.rejected)
+    _add_stats(total.stats, part.stats)
+
+
+def _operation_for(units: Sequence[Unit]) -> Operation:
+    op = units[0].operation
+    if op == CommitOperation.APPEND:
+        return Operation.APPEND
+    if op == CommitOperation.OVERWRITE:
+        return Operation.OVERWRITE
+    if op == CommitOperation.REWRITE:
+        return Operation.REPLACE
+    return Operation.OVERWRITE if units[0].delete_files else Operation.APPEND
+
+
+class _UnitsProducer(SnapshotProducer):
+    """A snapshot producer whose every attempt first re-checks its units on the base."""
+
+    def __init__(
+        self,
+        committer: TableCommitter,
+        table: Table,
+        units: Sequence[Unit],
+        resume_offset: int,
+        position: int,
+    ) -> None:
+        properties: dict[str, str] = {}
+        for unit in units:
+            properties.update(unit.request.snapshot_properties)
+        super().__init__(
+            table,
+            _operation_for(units),
+            branch=units[0].branch,
+            snapshot_properties=properties,
+            reader=committer.reader,
+        )
+        self.committer = committer
+        self.units = list(units)
+        self.user_properties = properties
+        self.resume_offset = resume_offset
+        self.position = position
+        data_files = [f for u in units for f in u.data_files]
+        delete_files = [f for u in units for f in u.delete_files]
+        self.add_files(data_files)
+        self.add_files(delete_files)
+        if len(units) == 1:
+            request = units[0].request
+            if request.operation == CommitOperation.OVERWRITE:
+                expr = request.overwrite_expression()
+                if expr is not None:
+                    self.delete_where(overwrite_filter(table.metadata, expr))
+                else:
+                    self.delete_where(replace_partitions_filter(data_files))
+            elif request.operation == CommitOperation.REWRITE:
+                self.delete_files(request.rewritten_files)
+                # Validate by sequence number from the snapshot the rewrite read.
+                self.validate_from_snapshot(request.base_snapshot_id)
+
+    async def build(self, table: Table) -> TableMetadata:
+        await self.committer.check_units(table, self.units)
+        if len(self.units) == 1:
+            await self.committer.check_base(table, self.units[0])
+        self.snapshot_properties = {
+            **self.user_properties,
+            **self.committer.summary_properties(
+                table.metadata, self.units, self.resume_offset, self.position
+            ),
+        }
+        metadata = await super().build(table)
+        self.committer.crash.reach("after-manifests")
+        return metadata

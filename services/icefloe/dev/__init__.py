@@ -1,0 +1,1 @@
+"""Development tools: local stack, demo, benchmarks. Not shipped in the wheel or the image."""

@@ -1,0 +1,1199 @@
+"""The planner service: an Iceberg REST catalog (read side) with server-side scan planning.
+
+Engines plan an Iceberg scan by reading the metadata file, the manifest list and many
+manifests on every query. This service does that work once per manifest, keeps the decoded
+manifests in memory (:mod:`icefloe.manifest_cache`) and answers the REST catalog's
+``planTableScan`` with the files to read. The API follows the Iceberg REST OpenAPI document,
+trimmed to what is implemented (served at ``/openapi.yaml``):
+
+* ``GET /v1/config``: ``endpoints`` lists exactly the routes registered in the app (so routes
+  other modules add appear too) and ``scan-planning-mode`` (PyIceberg's switch to
+  server-side planning) is advertised as configured: a default, an override, or not at all;
+  a table property of that name overrides it in loadTable's ``config``;
+* namespaces (list, load, exists) and tables (list, load, exists);
+* ``POST .../plan``: plans synchronously and answers ``completed``. The first page of
+  file scan tasks comes inline; larger scans list ``plan-tasks`` tokens, each fetched with
+  ``POST .../tasks``. Plan ids and tokens are signed descriptions of the plan
+  (:mod:`icefloe.planner.tokens`), so any replica sharing the secret serves them; a task's
+  residual is omitted when it is the request's filter. ``GET``/``DELETE .../plan/{plan-id}`` fetch and release a plan.
+  Besides ``snapshot-id`` and the incremental ``start-snapshot-id``/``end-snapshot-id``,
+  requests may use two documented extensions for time travel: ``ref`` (a branch or tag
+  name) and ``as-of-timestamp-ms`` (the snapshot current at that time, from the log);
+* ``/healthz``, ``/readyz`` and Prometheus ``/metrics``.
+
+Errors use the spec's error model (``{"error": {"message", "type", "code"}}``): 400 for
+malformed requests, names over 255 bytes and filters naming unknown columns, 404 for unknown
+namespaces, tables, snapshots, plans and plan tasks (forged or malformed tokens included),
+406 for unsupported operations, 413 for bodies over ``max_request_bytes``, 401/403 for a
+missing or wrong bearer token when one is configured; storage failures are 503 without the
+server's paths (those go to the log). Every request is logged as one JSON line on the
+``icefloe.access`` logger. Bad input never produces a 500: everything a client sends is validated before
+it reaches planning, and planning itself reports bad input with typed exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import hashlib
+import hmac
+import json
+import logging
+import signal
+import sys
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+from icefloe.catalog import Catalog, Namespace, TableIdentifier
+from icefloe.errors import (
+    FileIOError,
+    IcefloeError,
+    InvalidFileError,
+    NotFoundError,
+    ValidationError,
+)
+from icefloe.expression_json import parse_expression
+from icefloe.manifest_cache import ManifestCache
+from icefloe.manifest_store import ManifestStore
+from icefloe.metadata import TableMetadata
+from icefloe.planner.config import PlannerConfig
+from icefloe.planner.errors import ApiError, error_response
+from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
+from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
+from icefloe.planner.tokens import (
+    SECRET_ENV,
+    SECRET_FILE_ENV,
+    PlanTokens,
+    SecretError,
+    TokenError,
+    load_secret,
+    parse_plan_task,
+)
+from icefloe.planner.write_config import RestCatalogSettings
+from icefloe.runtime.http import ServiceHttp
+from icefloe.scan import ScanPlan, plan_scan
+from icefloe.scan_json import page_is_written, scan_tasks_members
+
+log = logging.getLogger(__name__)
+access_log = logging.getLogger("icefloe.access")
+
+# Request bodies above this are parsed (JSON, validation, filter) in a worker thread.
+OFFLOAD_BODY_BYTES = 32 << 10
+
+NAMESPACE_SEPARATOR = "\x1f"
+SCAN_PLANNING_MODE = "scan-planning-mode"
+OPENAPI_FILE = Path(__file__).with_name("openapi.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors
+# ---------------------------------------------------------------------------------------------
+
+
+def _bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequestException", message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Requests
+# ---------------------------------------------------------------------------------------------
+
+
+class PlanRequest(BaseModel):
+    """The planTableScan body (PlanTableScanRequest) plus the two time-travel extensions."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    snapshot_id: StrictInt | None = Field(None, alias="snapshot-id")
+    select: list[StrictStr] | None = None
+    filter: Any = None
+    min_rows_requested: StrictInt | None = Field(None, alias="min-rows-requested", ge=0)
+    case_sensitive: StrictBool = Field(True, alias="case-sensitive")
+    use_snapshot_schema: StrictBool = Field(False, alias="use-snapshot-schema")
+    start_snapshot_id: StrictInt | None = Field(None, alias="start-snapshot-id")
+    end_snapshot_id: StrictInt | None = Field(None, alias="end-snapshot-id")
+    stats_fields: list[StrictStr] | None = Field(None, alias="stats-fields")
+    ref: StrictStr | None = Field(None, min_length=1)
+    as_of_timestamp_ms: StrictInt | None = Field(None, alias="as-of-timestamp-ms")
+
+
+class FetchTasksRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+    plan_task: StrictStr = Field(..., alias="plan-task")
+
+
+def _problems(err: pydantic.ValidationError) -> str:
+    parts = []
+    for e in err.errors()[:5]:
+        where = ".".join(str(p) for p in e.get("loc", ())) or "body"
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+async def _json_body(request: web.Request, *, required: bool) -> dict[str, Any]:
+    raw = await request.read()
+    if not raw.strip():
+        if required:
+            raise _bad_request("the request needs a JSON object body")
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise _bad_request(f"the request body is not valid JSON: {e}") from None
+    except RecursionError:
+        raise _bad_request("the request body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise _bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+MAX_NAME_BYTES = 255  # a file name component on common filesystems and object stores
+
+
+def _check_name(name: str, what: str) -> str:
+    # Catalogs map names to storage paths: a name that is a path step of its own would
+    # let a request reach outside the warehouse, and one longer than a path component
+    # can be would fail in storage with a message naming the server's paths.
+    if not name or name in (".", "..") or "/" in name or "\x00" in name:
+        raise _bad_request(
+            f"invalid {what} {name[:64]!r}: names must be non-empty, not '.' or '..', "
+            "and contain no '/'"
+        )
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise _bad_request(
+            f"invalid {what} {name[:32]!r}...: names are limited to {MAX_NAME_BYTES} bytes (UTF-8)"
+        )
+    return name
+
+
+def parse_namespace(text: str) -> Namespace:
+    """A namespace path parameter: levels separated by the unit separator (0x1F)."""
+    if not text:
+        raise _bad_request("the namespace is empty")
+    return tuple(_check_name(p, "namespace level") for p in text.split(NAMESPACE_SEPARATOR))
+
+
+def _table_identifier(request: web.Request) -> TableIdentifier:
+    namespace = parse_namespace(request.match_info["namespace"])
+    return TableIdentifier(namespace, _check_name(request.match_info["table"], "table name"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses
+# ---------------------------------------------------------------------------------------------
+
+
+# The file-scan-tasks JSON is written by icefloe.scan_json, column by column from the plan's
+# Arrow rows.
+
+
+def metadata_json(metadata: TableMetadata, snapshots: str) -> dict[str, Any]:
+    out = metadata.to_json()
+    if snapshots == "refs":
+        referenced = {ref.snapshot_id for ref in metadata.refs.values()}
+        out["snapshots"] = [s for s in out["snapshots"] if s["snapshot-id"] in referenced]
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Plans kept between requests
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StoredPlan:
+    plan_id: str
+    table: TableIdentifier
+    plan: ScanPlan
+    page_size: int
+    expires_at: float
+    fetched: set[int]
+    key: str = ""
+
+    @property
+    def pages(self) -> int:
+        return max(1, -(-len(self.plan) // self.page_size))
+
+    @property
+    def nbytes(self) -> int:
+        return int(getattr(self.plan, "nbytes", 0))
+
+    def tokens(self) -> list[str]:
+        return [f"{self.plan_id}:{page}" for page in range(1, self.pages)]
+
+
+class PlanStore:
+    """Plans by key, dropped on cancel, on expiry, when the store is full (oldest first), when
+    their selected rows exceed ``max_bytes`` together (oldest first), and shortly after
+    every page was fetched (a grace period lets clients retry a fetch). A dropped plan whose
+    id is signed and self-describing is planned again when a page of it is asked for."""
+
+    FETCHED_GRACE_S = 30.0
+
+    def __init__(
+        self,
+        ttl_s: float,
+        max_plans: int,
+        clock: Callable[[], float],
+        max_bytes: int | None = None,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.max_plans = max_plans
+        self.max_bytes = max_bytes
+        self.clock = clock
+        self._plans: OrderedDict[str, StoredPlan] = OrderedDict()
+        self._bytes = 0
+        self._cancelled: OrderedDict[str, float] = OrderedDict()
+        self._next_sweep = float("-inf")
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    @property
+    def bytes(self) -> int:
+        return self._bytes
+
+    def add(
+        self,
+        table: TableIdentifier,
+        plan: ScanPlan,
+        page_size: int,
+        *,
+        plan_id: str | None = None,
+        key: str | None = None,
+    ) -> StoredPlan:
+        self.sweep()
+        if plan_id is None:
+            plan_id = uuid.uuid4().hex
+        key = plan_id if key is None else key
+        old = self._plans.pop(key, None)
+        if old is not None:
+            self._bytes -= old.nbytes
+        while len(self._plans) >= self.max_plans:
+            self._drop_oldest()
+        stored = StoredPlan(plan_id, table, plan, page_size, self.clock() + self.ttl_s, {0}, key)
+        if stored.pages == 1:
+            stored.expires_at = min(stored.expires_at, self.clock() + self.FETCHED_GRACE_S)
+        self._plans[key] = stored
+        self._bytes += stored.nbytes
+        if self.max_bytes is not None:
+            while self._bytes > self.max_bytes and len(self._plans) > 1:
+                self._drop_oldest()
+        return stored
+
+    def _drop_oldest(self) -> None:
+        _, dropped = self._plans.popitem(last=False)
+        self._bytes -= dropped.nbytes
+
+    def get(self, key: str, table: TableIdentifier) -> StoredPlan | None:
+        self.sweep()
+        stored = self._plans.get(key)
+        if stored is None or stored.table != table:
+            return None
+        if stored.expires_at <= self.clock():
+            self.sweep(force=True)
+            return None
+        return stored
+
+    def page_fetched(self, stored: StoredPlan, page: int) -> None:
+        stored.fetched.add(page)
+        if len(stored.fetched) >= stored.pages:
+            stored.expires_at = min(stored.expires_at, self.clock() + self.FETCHED_GRACE_S)
+
+    def remove(self, key: str, table: TableIdentifier) -> bool:
+        stored = self._plans.get(key)
+        if stored is None or stored.table != table:
+            return False
+        del self._plans[key]
+        self._bytes -= stored.nbytes
+        return True
+
+    def cancel(self, key: str) -> None:
+        """Remember a cancelled plan until it would have expired, so this replica does not
+        plan it again from its token."""
+        self._cancelled[key] = self.clock() + self.ttl_s
+        while len(self._cancelled) > self.max_plans:
+            self._cancelled.popitem(last=False)
+
+    def cancelled(self, key: str) -> bool:
+        until = self._cancelled.get(key)
+        return until is not None and until > self.clock()
+
+    # Expired plans are looked for at most this often: a sweep walks every held plan, which
+    # per request would cost more than a selective plan itself with thousands held.
+    SWEEP_INTERVAL_S = 1.0
+
+    def sweep(self, *, force: bool = False) -> None:
+        now = self.clock()
+        if not force and now < self._next_sweep:
+            return
+        self._next_sweep = now + self.SWEEP_INTERVAL_S
+        for key in [k for k, s in self._plans.items() if s.expires_at <= now]:
+            self._bytes -= self._plans.pop(key).nbytes
+        for key in [k for k, until in self._cancelled.items() if until <= now]:
+            del self._cancelled[key]
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+# ---------------------------------------------------------------------------------------------
+
+
+class _StateCollector:
+    """Cache, plan and table figures read at scrape time."""
+
+    def __init__(self, service: PlannerService) -> None:
+        self.service = service
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        s = self.service
+        stats = s.cache.stats()
+        for name, value, doc in (
+            ("cache_hits", stats.hits, "manifest cache hits"),
+            ("cache_misses", stats.misses, "manifest cache misses"),
+            ("cache_evictions", stats.evictions, "manifests evicted from the cache"),
+            ("cache_read_bytes", stats.bytes_read, "bytes of manifests and lists read"),
+        ):
+            counter = CounterMetricFamily(f"icefloe_planner_{name}", doc)
+            counter.add_metric([], value)
+            yield counter
+        for name, value, doc in (
+            ("cache_bytes", stats.bytes, "bytes held by the manifest cache"),
+            ("cache_max_bytes", stats.max_bytes, "manifest cache budget"),
+            ("cache_entries", stats.entries, "manifest lists and manifests cached"),
+            ("plans", len(s.plans), "plans held for plan-task fetches"),
+            ("plan_bytes", s.plans.bytes, "bytes of the selected rows held plans keep"),
+            ("tables", len(s.refresher.tables), "tables held in memory"),
+        ):
+            gauge = GaugeMetricFamily(f"icefloe_planner_{name}", doc)
+            gauge.add_metric([], value)
+            yield gauge
+        reloads = CounterMetricFamily(
+            "icefloe_planner_table_reloads", "table metadata refreshes", labels=["reason"]
+        )
+        for reason, count in s.refresher.reloads.items():
+            reloads.add_metric([reason], count)
+        yield reloads
+
+
+# ---------------------------------------------------------------------------------------------
+# The service
+# ---------------------------------------------------------------------------------------------
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class PlannerService:
+    """The REST planner over one catalog. ``start``/``stop`` run it; :meth:`app` for tests."""
+
+    def __init__(
+        self,
+        config: PlannerConfig,
+        catalog: Catalog | None = None,
+        *,
+        registry: CollectorRegistry | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        plan_secret: bytes | None = None,
+        rest: RestCatalogSettings | None = None,
+    ) -> None:
+        self.config = config
+        self.rest_settings = rest  # None: from ICEFLOE_REST_* (see icefloe.planner.write_routes)
+        self.write_endpoints: list[tuple[str, str]] = []
+        if catalog is None:
+            from icefloe.catalog_uri import load_catalog
+
+            catalog = load_catalog(config.catalog)
+        self.catalog = catalog
+        self.clock = clock
+        store = (
+            ManifestStore(config.cache_dir, config.cache_disk_max_bytes)
+            if config.cache_dir
+            else None
+        )
+        self.cache = ManifestCache(
+            catalog.io,
+            config.cache_max_bytes,
+            load_concurrency=config.manifest_load_concurrency,
+            store=store,
+        )
+        self.refresher = TableRefresher(
+            catalog,
+            refresh_interval_s=config.refresh_interval_s,
+            idle_after_s=config.table_idle_ms / 1000.0,
+            trust_events=config.trust_events and bool(config.brokers),
+            trusted_refresh_interval_s=max(
+                config.trusted_refresh_interval_ms, config.refresh_interval_ms
+            )
+            / 1000.0,
+            clock=clock,
+        )
+        self.plans = PlanStore(
+            config.plan_ttl_ms / 1000.0, config.max_plans, clock, config.plan_max_bytes
+        )
+        if plan_secret is None:
+            given = config.plan_secret.get_secret_value() if config.plan_secret else None
+            try:
+                plan_secret, configured = load_secret(given, config.plan_secret_file)
+            except SecretError as e:
+                raise ValidationError(f"invalid planner settings: {e}") from None
+            if not configured:
+                log.warning(
+                    "no %s or %s: plan-task tokens are valid on this replica only",
+                    SECRET_ENV,
+                    SECRET_FILE_ENV,
+                )
+        self.tokens = PlanTokens(plan_secret)
+        # Planning threads hold the GIL between Arrow kernels: a few at a time keep the
+        # event loop (and /healthz) responsive; more would only queue for the GIL.
+        self._cpu_slots = asyncio.Semaphore(config.planning_concurrency)
+        # Plan and page requests past their body are admitted a few at a time: the event
+        # loop runs each one's parsing, token and small plans itself, and a /healthz probe
+        # waits behind every handler step queued before it. Queued requests cost nothing.
+        self._admission = asyncio.Semaphore(2 * config.planning_concurrency)
+        self.wall_clock = wall_clock
+        self.consumer: TableCommittedFeed | None = None
+        if config.brokers:
+            self.consumer = TableCommittedFeed(
+                self.refresher, config.results_topic, config.kafka_options()
+            )
+        self.registry = registry or CollectorRegistry()
+        self._requests = Counter(
+            "icefloe_planner_requests",
+            "REST requests by route, method and status",
+            ["route", "method", "status"],
+            registry=self.registry,
+        )
+        self._latency = Histogram(
+            "icefloe_planner_request_seconds",
+            "REST request latency by route",
+            ["route"],
+            registry=self.registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self._planned = Counter(
+            "icefloe_planner_planned_files",
+            "data files in planned scans, and files pruned by partition and by metrics",
+            ["outcome"],
+            registry=self.registry,
+        )
+        self.registry.register(_StateCollector(self))
+        self._openapi: dict[str, Any] | None = None
+        self._runner: web.AppRunner | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = False
+        self.port = config.port
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self._started and (self.consumer is None or self.consumer.running)
+
+    async def start_background(self) -> None:
+        """Polling and (with brokers) the results consumer."""
+        self._stop.clear()
+        self._tasks.append(
+            asyncio.create_task(self.refresher.run_polling(self._stop), name="planner-polling")
+        )
+        if self.consumer is not None:
+            await self.consumer.start()
+            self._tasks.append(
+                asyncio.create_task(self.consumer.run(self._stop), name="planner-events")
+            )
+        self._started = True
+
+    async def start(self, *, reuse_port: bool = False) -> None:
+        await self.start_background()
+        runner = web.AppRunner(self.app(), access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.config.host, self.config.port, reuse_port=reuse_port)
+        await site.start()
+        self._runner = runner
+        for address in runner.addresses:
+            if isinstance(address, tuple) and len(address) >= 2:
+                self.port = int(address[1])
+                break
+        log.info("planner serving on %s:%d", self.config.host, self.port)
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self._started = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks.clear()
+        if self.consumer is not None:
+            await self.consumer.stop()
+        runner, self._runner = self._runner, None
+        if runner is not None:
+            await runner.cleanup()
+
+    @property
+    def url(self) -> str:
+        host = self.config.host
+        host = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host
+        return f"http://{host}:{self.port}"
+
+    # -- routing --------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application(
+            middlewares=[self._middleware], client_max_size=self.config.max_request_bytes
+        )
+        base = f"/v1/{self.config.prefix}/" if self.config.prefix else "/v1/"
+        ns = base + "namespaces/{namespace}"
+        table = ns + "/tables/{table}"
+        r = app.router
+        r.add_get("/v1/config", self._config, allow_head=False)
+        r.add_get(base + "namespaces", self._list_namespaces, allow_head=False)
+        r.add_get(ns, self._load_namespace, allow_head=False)
+        r.add_route("HEAD", ns, self._namespace_exists)
+        r.add_get(ns + "/tables", self._list_tables, allow_head=False)
+        r.add_get(table, self._load_table, allow_head=False)
+        r.add_route("HEAD", table, self._table_exists)
+        r.add_post(table + "/plan", self._plan)
+        r.add_get(table + "/plan/{plan_id}", self._fetch_plan, allow_head=False)
+        r.add_delete(table + "/plan/{plan_id}", self._cancel_plan)
+        r.add_post(table + "/tasks", self._fetch_tasks)
+        from icefloe.planner.write_routes import register_write_routes
+
+        self.write_endpoints = register_write_routes(app, self, self.rest_settings)
+        r.add_get("/openapi.yaml", self._openapi_document, allow_head=False)
+        r.add_get("/openapi.json", self._openapi_document, allow_head=False)
+        health = ServiceHttp(self.registry, ready=lambda: self.ready)
+        for route in health.app().router.routes():
+            if route.method != "HEAD" and route.resource is not None:
+                r.add_route(route.method, route.resource.canonical, route.handler)
+        return app
+
+    @web.middleware
+    async def _middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = time.perf_counter()
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource is not None else "unmatched"
+        head = request.method == "HEAD"
+        try:
+            if request.path.startswith("/v1/"):
+                self._authorize(request)
+            response = await handler(request)
+        except ApiError as e:
+            response = error_response(e.code, e.error_type, e.message, head=head)
+        except web.HTTPException as e:
+            response = self._http_error(request, e, head)
+        except ValidationError as e:
+            response = error_response(400, "BadRequestException", str(e), head=head)
+        except NotFoundError as e:
+            response = error_response(404, "NotFoundException", str(e), head=head)
+        except InvalidFileError as e:
+            # Logged in full; the client is not told the server's file locations.
+            log.error("%s %s: %s", request.method, request.path, e)
+            response = error_response(
+                500,
+                "InvalidFileException",
+                "a table file is invalid; see the planner's log",
+                head=head,
+            )
+        except FileIOError as e:
+            log.error("%s %s: storage failed: %s", request.method, request.path, e)
+            response = error_response(
+                503,
+                "ServiceUnavailableException",
+                "table storage is unavailable; retry later (details in the planner's log)",
+                head=head,
+            )
+        except IcefloeError as e:
+            log.error("%s %s: %s", request.method, request.path, e)
+            response = error_response(
+                500, "InternalServerError", "internal error; see the planner's log", head=head
+            )
+        except Exception:
+            log.exception("%s %s failed", request.method, request.path)
+            response = error_response(
+                500, "InternalServerError", "internal error; see the planner's log", head=head
+            )
+        elapsed = time.perf_counter() - started
+        self._requests.labels(route, request.method, str(response.status)).inc()
+        self._latency.labels(route).observe(elapsed)
+        if self.config.access_log and access_log.isEnabledFor(logging.INFO):
+            access_log.info(
+                json.dumps(
+                    {
+                        "ts": round(self.wall_clock(), 3),
+                        "method": request.method,
+                        "path": request.path[:256],
+                        "route": route,
+                        "status": response.status,
+                        "ms": round(elapsed * 1000, 3),
+                        "bytes": response.content_length,
+                        "remote": request.remote,
+                    },
+                    separators=(",", ":"),
+                )
+            )
+        return response
+
+    def _http_error(
+        self, request: web.Request, e: web.HTTPException, head: bool
+    ) -> web.StreamResponse:
+        if e.status == 405 and request.path.startswith("/v1/"):
+            return unsupported_operation(request, head=head)
+        if e.status == 413:
+            return error_response(
+                413,
+                "RequestEntityTooLargeException",
+                f"the request body exceeds {self.config.max_request_bytes} bytes "
+                "(ICEFLOE_PLANNER_MAX_REQUEST_BYTES); send a smaller filter",
+                head=head,
+            )
+        kind = "NotFoundException" if e.status == 404 else "HttpException"
+        return error_response(e.status, kind, e.reason, head=head)
+
+    def _authorize(self, request: web.Request) -> None:
+        token = self.config.token
+        if token is None:
+            return
+        header = request.headers.get("Authorization", "")
+        scheme, _, given = header.partition(" ")
+        if not header:
+            raise ApiError(401, "NotAuthorizedException", "missing bearer token")
+        if scheme.lower() != "bearer" or not given:
+            raise ApiError(
+                401, "NotAuthorizedException", "expected 'Authorization: Bearer <token>'"
+            )
+        if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
+            raise ApiError(403, "ForbiddenException", "the bearer token is not valid here")
+
+    # -- config and documents -------------------------------------------------------------
+
+    def _planning_mode_config(self) -> dict[str, str]:
+        mode = self.config.scan_planning_mode
+        return {} if mode == "none" else {SCAN_PLANNING_MODE: mode}
+
+    async def _config(self, request: web.Request) -> web.Response:
+        overrides: dict[str, str] = {}
+        defaults: dict[str, str] = {}
+        planning = self._planning_mode_config()
+        (overrides if self.config.scan_planning_mode_forced else defaults).update(planning)
+        if self.config.prefix:
+            overrides["prefix"] = self.config.prefix
+        if self.config.warehouse:
+            defaults["warehouse"] = self.config.warehouse
+        return web.json_response(
+            {
+                "defaults": defaults,
+                "overrides": overrides,
+                "endpoints": advertised_endpoints(
+                    request.app.router,
+                    self.config.prefix,
+                    {f"{m} {p}" for m, p in (*ENDPOINTS, *self.write_endpoints)},
+                ),
+            }
+        )
+
+    async def _openapi_document(self, request: web.Request) -> web.Response:
+        if self._openapi is None:
+            document = json.loads(OPENAPI_FILE.read_text(encoding="utf-8"))
+            self._openapi = served_openapi(document, self.config.prefix)
+        text = json.dumps(self._openapi, indent=1)
+        kind = "application/json" if request.path.endswith(".json") else "application/yaml"
+        return web.Response(text=text, content_type=kind)
+
+    # -- namespaces -----------------------------------------------------------------------
+
+    async def _list_namespaces(self, request: web.Request) -> web.Response:
+        parent_text = request.query.get("parent", "")
+        parent: Namespace = parse_namespace(parent_text) if parent_text else ()
+        if parent and not await self.catalog.namespace_exists(parent):
+            raise self._no_namespace(parent)
+        namespaces = await self.catalog.list_namespaces(parent)
+        return web.json_response({"namespaces": [list(n) for n in namespaces]})
+
+    @staticmethod
+    def _no_namespace(namespace: Namespace) -> ApiError:
+        return ApiError(
+            404, "NoSuchNamespaceException", f"namespace {'.'.join(namespace)!r} does not exist"
+        )
+
+    async def _load_namespace(self, request: web.Request) -> web.Response:
+        namespace = parse_namespace(request.match_info["namespace"])
+        try:
+            properties = await self.catalog.load_namespace_properties(namespace)
+        except NotFoundError:
+            raise self._no_namespace(namespace) from None
+        return web.json_response({"namespace": list(namespace), "properties": properties})
+
+    async def _namespace_exists(self, request: web.Request) -> web.Response:
+        namespace = parse_namespace(request.match_info["namespace"])
+        if not await self.catalog.namespace_exists(namespace):
+            raise self._no_namespace(namespace)
+        return web.Response(status=204)
+
+    async def _list_tables(self, request: web.Request) -> web.Response:
+        namespace = parse_namespace(request.match_info["namespace"])
+        try:
+            tables = await self.catalog.list_tables(namespace)
+        except NotFoundError:
+            raise self._no_namespace(namespace) from None
+        return web.json_response(
+            {"identifiers": [{"namespace": list(t.namespace), "name": t.name} for t in tables]}
+        )
+
+    # -- tables ---------------------------------------------------------------------------
+
+    async def _table(self, ident: TableIdentifier) -> TableState:
+        try:
+            return await self.refresher.get(ident)
+        except NotFoundError:
+            if not await self.catalog.namespace_exists(ident.namespace):
+                raise self._no_namespace(ident.namespace) from None
+            raise ApiError(404, "NoSuchTableException", f"table {ident} does not exist") from None
+
+    async def _load_table(self, request: web.Request) -> web.Response:
+        ident = _table_identifier(request)
+        snapshots = request.query.get("snapshots", "all")
+        if snapshots not in ("all", "refs"):
+            raise _bad_request(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
+        state = await self._table(ident)
+        etag = (
+            '"'
+            + hashlib.sha256(f"{state.metadata_location}|{snapshots}".encode()).hexdigest()[:32]
+            + '"'
+        )
+        if request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304, headers={"ETag": etag})
+        body = {
+            "metadata-location": state.metadata_location,
+            "metadata": metadata_json(state.metadata, snapshots),
+            "config": self._table_config(state.metadata),
+        }
+        return web.json_response(body, headers={"ETag": etag})
+
+    def _table_config(self, metadata: TableMetadata) -> dict[str, str]:
+        """The planner's scan-planning-mode unless the table's property sets its own."""
+        mode = metadata.properties.get(SCAN_PLANNING_MODE)
+        if mode in ("server", "client"):
+            return {SCAN_PLANNING_MODE: mode}
+        return self._planning_mode_config()
+
+    async def _table_exists(self, request: web.Request) -> web.Response:
+        await self._table(_table_identifier(request))
+        return web.Response(status=204)
+
+    # -- planning -------------------------------------------------------------------------
+
+    async def _plan(self, request: web.Request) -> web.Response:
+        ident = _table_identifier(request)
+        raw = await request.read()
+        async with self._admission:
+            return await self._plan_admitted(ident, raw)
+
+    async def _plan_admitted(self, ident: TableIdentifier, raw: bytes) -> web.Response:
+        if len(raw) > OFFLOAD_BODY_BYTES:
+            req, row_filter = await asyncio.to_thread(_parse_plan_request, raw)
+        else:
+            req, row_filter = _parse_plan_request(raw)
+        plan = await self._make_plan(ident, req, row_filter)
+        snapshot_id = plan.snapshot.snapshot_id if plan.snapshot is not None else None
+        identity = self.tokens.issue(
+            table=_table_key(ident),
+            request=req.model_dump(by_alias=True, exclude_none=True),
+            snapshot_id=snapshot_id,
+            page_size=self.config.tasks_per_page,
+            expires_at=self.wall_clock() + self.config.plan_ttl_ms / 1000.0,
+        )
+        stored = self.plans.add(
+            ident, plan, identity.page_size, plan_id=identity.plan_id, key=identity.key
+        )
+        return _json_bytes_response(await self._completed(stored, with_id=True))
+
+    async def _make_plan(
+        self,
+        ident: TableIdentifier,
+        req: PlanRequest,
+        row_filter: Any,
+        *,
+        pinned_snapshot: int | None = None,
+    ) -> ScanPlan:
+        state = await self._table(ident)
+        async with self._cpu_slots:
+            return await self._plan_now(state, req, row_filter, pinned_snapshot)
+
+    async def _plan_now(
+        self,
+        state: TableState,
+        req: PlanRequest,
+        row_filter: Any,
+        pinned_snapshot: int | None,
+    ) -> ScanPlan:
+        incremental = req.start_snapshot_id is not None or req.end_snapshot_id is not None
+        snapshot_id, ref, as_of = req.snapshot_id, req.ref, req.as_of_timestamp_ms
+        if pinned_snapshot is not None and not incremental:
+            snapshot_id, ref, as_of = pinned_snapshot, None, None
+        try:
+            plan = await plan_scan(
+                state.metadata,
+                self.cache,
+                snapshot_id=snapshot_id,
+                ref=ref,
+                as_of_ms=as_of,
+                start_snapshot_id=req.start_snapshot_id,
+                end_snapshot_id=req.end_snapshot_id,
+                row_filter=row_filter,
+                case_sensitive=req.case_sensitive,
+                select=req.select,
+                use_snapshot_schema=req.use_snapshot_schema,
+                stats_fields=req.stats_fields,
+            )
+        except NotFoundError as e:
+            raise ApiError(404, "NoSuchSnapshotException", str(e)) from None
+        counts = plan.metrics.data_files
+        self._planned.labels("selected").inc(counts.selected)
+        self._planned.labels("pruned-by-partition").inc(counts.by_partition)
+        self._planned.labels("pruned-by-metrics").inc(counts.by_metrics)
+        return plan
+
+    async def _completed(self, stored: StoredPlan, *, with_id: bool = False) -> bytes:
+        """The completed-plan body: status, the first page's tasks, the other pages' tokens."""
+        page = await self._page(stored.plan, 0, stored.page_size)
+        head: dict[str, Any] = {"status": "completed"}
+        if with_id:
+            head["plan-id"] = stored.plan_id
+        tokens = stored.tokens()
+        if tokens:
+            head["plan-tasks"] = tokens
+        return json.dumps(head).encode("utf-8")[:-1] + b"," + page + b"}"
+
+    async def _page(self, plan: ScanPlan, start: int, stop: int) -> bytes:
+        """The members of a ScanTasks object (JSON text), written in a worker thread unless
+        it is a handful of tasks or slices of texts already written (a thread hop costs
+        more than those)."""
+        if min(stop, len(plan)) - start <= 16 or page_is_written(plan, start, stop):
+            return scan_tasks_members(plan, start, stop)
+        async with self._cpu_slots:
+            return await asyncio.to_thread(scan_tasks_members, plan, start, stop)
+
+    async def _resolve(
+        self, ident: TableIdentifier, plan_id: str, error_type: str, what: str
+    ) -> StoredPlan:
+        """The plan a plan id names: held here, or planned again from its signed request."""
+
+        def missing(reason: str) -> ApiError:
+            return ApiError(404, error_type, f"{what} of table {ident} does not exist: {reason}")
+
+        try:
+            identity = self.tokens.open(plan_id, self.wall_clock())
+        except TokenError as e:
+            raise missing(str(e)) from None
+        if identity.table != _table_key(ident):
+            raise missing("it belongs to another table")
+        if self.plans.cancelled(identity.key):
+            raise missing("the plan was cancelled")
+        stored = self.plans.get(identity.key, ident)
+        if stored is not None:
+            return stored
+        if identity.request is None:
+            raise missing(
+                "the plan was made by another replica (or dropped) and its request was too "
+                "large to embed in the token; plan the scan again"
+            )
+        try:
+            req, row_filter = await asyncio.to_thread(
+                _parse_plan_request, json.dumps(identity.request).encode("utf-8")
+            )
+        except ApiError:
+            raise missing("the plan's request no longer validates; plan the scan again") from None
+        plan = await self._make_plan(ident, req, row_filter, pinned_snapshot=identity.snapshot_id)
+        return self.plans.add(
+            ident, plan, identity.page_size, plan_id=identity.plan_id, key=identity.key
+        )
+
+    async def _fetch_plan(self, request: web.Request) -> web.Response:
+        ident = _table_identifier(request)
+        async with self._admission:
+            stored = await self._resolve(
+                ident, request.match_info["plan_id"], "NoSuchPlanIdException", "the plan"
+            )
+            return _json_bytes_response(await self._completed(stored))
+
+    async def _cancel_plan(self, request: web.Request) -> web.Response:
+        ident = _table_identifier(request)
+        plan_id = request.match_info["plan_id"]
+        try:
+            identity = self.tokens.open(plan_id, self.wall_clock())
+        except TokenError as e:
+            raise ApiError(
+                404, "NoSuchPlanIdException", f"the plan of table {ident} does not exist: {e}"
+            ) from None
+        if identity.table != _table_key(ident) or self.plans.cancelled(identity.key):
+            raise ApiError(
+                404, "NoSuchPlanIdException", f"the plan of table {ident} does not exist"
+            )
+        self.plans.remove(identity.key, ident)
+        self.plans.cancel(identity.key)
+        return web.Response(status=204)
+
+    async def _fetch_tasks(self, request: web.Request) -> web.Response:
+        ident = _table_identifier(request)
+        body = await _json_body(request, required=True)
+        async with self._admission:
+            return await self._fetch_tasks_admitted(ident, body)
+
+    async def _fetch_tasks_admitted(
+        self, ident: TableIdentifier, body: dict[str, Any]
+    ) -> web.Response:
+        try:
+            req = FetchTasksRequest.model_validate(body)
+        except pydantic.ValidationError as e:
+            raise _bad_request(f"invalid fetch-tasks request: {_problems(e)}") from None
+        what = "the plan task"
+        try:
+            plan_id, page = parse_plan_task(req.plan_task)
+        except TokenError as e:
+            raise ApiError(
+                404, "NoSuchPlanTaskException", f"{what} of table {ident} does not exist: {e}"
+            ) from None
+        stored = await self._resolve(ident, plan_id, "NoSuchPlanTaskException", what)
+        if not 1 <= page < stored.pages:
+            raise ApiError(
+                404,
+                "NoSuchPlanTaskException",
+                f"{what} of table {ident} does not exist: the plan has pages 1 to "
+                f"{stored.pages - 1} besides the first",
+            )
+        start = page * stored.page_size
+        body_out = await self._page(stored.plan, start, start + stored.page_size)
+        self.plans.page_fetched(stored, page)
+        return _json_bytes_response(b"{" + body_out + b"}")
+
+
+def _table_key(ident: TableIdentifier) -> str:
+    return NAMESPACE_SEPARATOR.join((*ident.namespace, ident.name))
+
+
+def _parse_plan_request(raw: bytes) -> tuple[PlanRequest, Any]:
+    """Validate a planTableScan body and parse its filter (CPU work for big filters: called
+    in a worker thread for large bodies)."""
+    if not raw.strip():
+        body: Any = {}
+    else:
+        try:
+            body = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise _bad_request(f"the request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise _bad_request("the request body is nested too deeply") from None
+    if not isinstance(body, dict):
+        raise _bad_request(f"the request body must be a JSON object, got {type(body).__name__}")
+    try:
+        req = PlanRequest.model_validate(body)
+    except pydantic.ValidationError as e:
+        raise _bad_request(f"invalid plan request: {_problems(e)}") from None
+    if req.snapshot_id is not None and (
+        req.start_snapshot_id is not None or req.end_snapshot_id is not None
+    ):
+        raise _bad_request(
+            "snapshot-id (point in time) and start/end-snapshot-id (incremental) exclude each other"
+        )
+    if req.start_snapshot_id is not None and req.end_snapshot_id is None:
+        raise _bad_request("end-snapshot-id is required with start-snapshot-id")
+    try:
+        row_filter = None if req.filter is None else parse_expression(req.filter)
+    except RecursionError:
+        raise _bad_request("the filter is nested too deeply") from None
+    return req, row_filter
+
+
+def _json_bytes_response(body: bytes) -> web.Response:
+    return web.Response(body=body, content_type="application/json")
+
+
+def unsupported_operation(request: web.Request, *, head: bool = False) -> web.Response:
+    """406 UnsupportedOperationException for an operation this server does not implement
+    (the REST spec's answer, rather than 405). Modules adding routes may use it too."""
+    return error_response(
+        406,
+        "UnsupportedOperationException",
+        f"{request.method} {request.path[:200]} is not supported by this server; "
+        "GET /v1/config lists the supported endpoints",
+        head=head,
+    )
+
+
+def advertised_endpoints(
+    router: web.UrlDispatcher, prefix: str, capable: Collection[str]
+) -> list[str]:
+    """``METHOD /v1/{prefix}/...`` for every REST route registered in ``router`` that the
+    service can also serve with its catalog (``capable``: a route such as rename is
+    registered everywhere but answers 406 on catalogs that cannot do it). Deriving the list
+    from the router keeps it from naming a route that does not exist."""
+    base = f"/v1/{prefix}/" if prefix else "/v1/"
+    out: list[str] = []
+    for route in router.routes():
+        resource = route.resource
+        if resource is None or route.method == "*":
+            continue
+        path = resource.canonical
+        if not path.startswith(base) or path.rstrip("/") == "/v1/config":
+            continue
+        spec_path = "/v1/{prefix}/" + path[len(base) :]
+        spec_path = spec_path.replace("{plan_id}", "{plan-id}")
+        entry = f"{route.method} {spec_path}"
+        if entry in capable and entry not in out:
+            out.append(entry)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+# ---------------------------------------------------------------------------------------------
+
+
+# The cyclic collector's first-generation threshold while serving. Each plan request makes
+# a few thousand short-lived objects, so at the default (700) a collection runs every few
+# requests and, every so often, a full one walks every long-lived object (cached manifest
+# lists, compiled filters, held plans), pausing the event loop for tens of milliseconds
+# under load (measured as /healthz p99 at 150 clients). The planner's data lives in Arrow
+# buffers, not in reference cycles, so collecting less often costs little memory.
+GC_THRESHOLD = (50_000, 20, 20)
+
+
+def _tune_gc() -> None:
+    """Move what startup made out of the collector's sight and collect less often."""
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLD)
+
+
+async def serve(
+    config: PlannerConfig, *, reuse_port: bool = False, parent_pid: int | None = None
+) -> None:
+    """Run until SIGINT or SIGTERM (or, for a worker, until its supervisor is gone)."""
+    import os
+
+    service = PlannerService(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+
+    async def orphaned() -> None:
+        # A worker whose supervisor was killed (SIGKILL forwards nothing) must not linger.
+        while not stop.is_set():
+            await asyncio.sleep(1.0)
+            if os.getppid() != parent_pid:
+                log.warning("the supervising process is gone; stopping this worker")
+                stop.set()
+
+    watchdog = asyncio.create_task(orphaned()) if parent_pid is not None else None
+    await service.start(reuse_port=reuse_port)
+    _tune_gc()
+    try:
+        await stop.wait()
+    finally:
+        if watchdog is not None:
+            watchdog.cancel()
+        await service.stop()
+        await service.catalog.close()
+
+
+def _worker(overrides: dict[str, Any], parent_pid: int) -> None:
+    """One of ``workers`` processes: the same settings, the port shared (SO_REUSEPORT)."""
+    config = PlannerConfig.load(overrides)
+    _configure_logging(config)
+    asyncio.run(serve(config, reuse_port=True, parent_pid=parent_pid))
+
+
+def _configure_logging(config: PlannerConfig) -> None:
+    logging.basicConfig(
+        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+
+
+def serve_workers(config: PlannerConfig, overrides: dict[str, Any]) -> int:
+    """Run ``config.workers`` planner processes on one port (the kernel spreads connections).
+
+    Python plans on one core per process; processes share the decoded manifests through the
+    memory-mapped disk cache (``cache_dir``) and serve each other's plan tokens through the
+    shared plan secret (a random one for this host when none is configured).
+    """
+    import multiprocessing
+    import os
+    import secrets as _secrets
+
+    if config.port == 0:
+        raise ValidationError("ICEFLOE_PLANNER_WORKERS > 1 needs a fixed ICEFLOE_PLANNER_PORT")
+    if not config.plan_secret and not config.plan_secret_file:
+        os.environ["ICEFLOE_PLANNER_PLAN_SECRET"] = _secrets.token_hex(32)
+    if not config.cache_dir:
+        log.warning("ICEFLOE_PLANNER_CACHE_DIR is unset: each worker decodes manifests itself")
+    context = multiprocessing.get_context("spawn")
+    child = {**overrides, "workers": 1}
+    processes = [
+        context.Process(target=_worker, args=(child, os.getpid())) for _ in range(config.workers)
+    ]
+    for process in processes:
+        process.start()
+
+    def forward(signum: int, frame: Any) -> None:
+        for process in processes:
+            if process.is_alive() and process.pid is not None:
+                os.kill(process.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for process in processes:
+        process.join()
+    return max((p.exitcode or 0) for p in processes)
+
+
+async def run_from_args(args: Any) -> int:
+    from icefloe.planner.config import overrides_from_args
+
+    overrides = overrides_from_args(args)
+    config = PlannerConfig.load(overrides)
+    _configure_logging(config)
+    if config.workers > 1:
+        # The parent only supervises: blocking its (idle) loop on the main thread lets it
+        # install the signal handlers that forward SIGTERM to the workers.
+        return serve_workers(config, overrides)
+    await serve(config)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m icefloe.planner.app openapi SPEC.yaml``: print the trimmed OpenAPI document."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "openapi":
+        print("usage: python -m icefloe.planner.app openapi REST_SPEC.yaml", file=sys.stderr)
+        return 2
+    import yaml  # type: ignore[import-untyped]  # a development tool, not a dependency
+
+    with open(args[1], encoding="utf-8") as f:
+        spec = yaml.safe_load(f)
+    print(json.dumps(trim_openapi(spec), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

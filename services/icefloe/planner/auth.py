@@ -1,0 +1,210 @@
+"""Who may read and who may write through the REST catalog, and the audit log of every write.
+
+Bearer tokens come from :class:`~icefloe.planner.write_config.RestCatalogSettings`: a read
+token opens every read route, a write token every route. Clients that only speak OAuth2
+(DuckDB's Iceberg secret, Java's ``credential``) exchange ``client_id``/``client_secret``
+for a token at ``POST /v1/oauth/tokens`` (client-credentials grant): the client id is the
+principal's name, the secret its configured token, and the access token issued is a random
+string valid for ``oauth_token_ttl_s``. Issued tokens live in this process only: behind
+several planner replicas, clients should send their configured token directly.
+
+Every write request, whatever its outcome, produces one JSON line on the ``icefloe.audit``
+logger: who, what operation, on which namespace or table, the HTTP status, and for commits
+the snapshot and metadata file before and after.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import json
+import logging
+import secrets
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from aiohttp import web
+from aiohttp.typedefs import Middleware
+
+from icefloe.planner.write_config import ANONYMOUS, Principal, RestCatalogSettings
+
+log = logging.getLogger(__name__)
+audit_log = logging.getLogger("icefloe.audit")
+
+PRINCIPAL_KEY = web.RequestKey("icefloe.principal", Principal)
+OAUTH_PATH = "/v1/oauth/tokens"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def error_json(code: int, error_type: str, message: str, *, head: bool = False) -> web.Response:
+    """The REST spec's ``IcebergErrorResponse``; HEAD answers carry no body."""
+    if head:
+        return web.Response(status=code)
+    body = {"error": {"message": message, "type": error_type, "code": code}}
+    return web.json_response(body, status=code)
+
+
+class TokenAuthority:
+    """Maps bearer tokens to principals; issues short-lived tokens for OAuth2 clients."""
+
+    def __init__(
+        self, settings: RestCatalogSettings, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.principals = settings.principals()
+        self.ttl_s = settings.oauth_token_ttl_s
+        self.clock = clock
+        self._issued: dict[str, tuple[Principal, float]] = {}
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.principals)
+
+    def _configured(self, token: str) -> Principal | None:
+        found = None
+        for known, principal in self.principals.items():
+            # Compare with every token, so timing does not tell how many were tried.
+            if hmac.compare_digest(known.encode(), token.encode()):
+                found = principal
+        return found
+
+    def principal_for(self, token: str) -> Principal | None:
+        issued = self._issued.get(token)
+        if issued is not None:
+            principal, expires = issued
+            if expires > self.clock():
+                return principal
+            del self._issued[token]
+            return None
+        return self._configured(token)
+
+    def authenticate(self, header: str) -> Principal | web.Response:
+        """The principal a request's ``Authorization`` header names, or the 401 to answer."""
+        if not self.enabled:
+            return ANONYMOUS
+        scheme, _, given = header.partition(" ")
+        if not header:
+            return error_json(401, "NotAuthorizedException", "missing bearer token")
+        if scheme.lower() != "bearer" or not given.strip():
+            return error_json(
+                401, "NotAuthorizedException", "expected 'Authorization: Bearer <token>'"
+            )
+        principal = self.principal_for(given.strip())
+        if principal is None:
+            return error_json(
+                401, "NotAuthorizedException", "the bearer token is not valid (or has expired)"
+            )
+        return principal
+
+    def issue(self, client_id: str, client_secret: str) -> tuple[str, Principal] | None:
+        principal = self._configured(client_secret)
+        if principal is None or not hmac.compare_digest(
+            principal.name.encode(), client_id.encode()
+        ):
+            return None
+        now = self.clock()
+        for token in [t for t, (_, expires) in self._issued.items() if expires <= now]:
+            del self._issued[token]
+        token = secrets.token_urlsafe(32)
+        self._issued[token] = (principal, now + self.ttl_s)
+        return token, principal
+
+
+def auth_middleware(
+    authority: TokenAuthority, is_write: Callable[[web.Request], bool]
+) -> Middleware:
+    """Authenticate ``/v1/`` requests and refuse writes to read-only principals (403)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if not request.path.startswith("/v1/") or request.path == OAUTH_PATH:
+            return await handler(request)
+        head = request.method == "HEAD"
+        outcome = authority.authenticate(request.headers.get("Authorization", ""))
+        if isinstance(outcome, web.Response):
+            return web.Response(status=outcome.status) if head else outcome
+        if is_write(request) and not outcome.can_write:
+            return error_json(
+                403,
+                "ForbiddenException",
+                f"{outcome.name!r} holds a read-only token; writes need a write token",
+                head=head,
+            )
+        request[PRINCIPAL_KEY] = outcome
+        return await handler(request)
+
+    return middleware
+
+
+def principal_of(request: web.Request) -> Principal:
+    principal = request.get(PRINCIPAL_KEY)
+    return principal if isinstance(principal, Principal) else ANONYMOUS
+
+
+def _basic_credentials(header: str) -> tuple[str, str] | None:
+    scheme, _, encoded = header.partition(" ")
+    if scheme.lower() != "basic" or not encoded.strip():
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    client_id, sep, client_secret = decoded.partition(":")
+    if not sep:
+        return None
+    return urllib.parse.unquote_plus(client_id), urllib.parse.unquote_plus(client_secret)
+
+
+def _oauth_error(status: int, error: str, description: str) -> web.Response:
+    return web.json_response({"error": error, "error_description": description}, status=status)
+
+
+async def oauth_tokens(authority: TokenAuthority, request: web.Request) -> web.Response:
+    """``POST /v1/oauth/tokens``: the client-credentials grant only."""
+    try:
+        form: Mapping[str, Any] = await request.post()
+    except Exception:
+        return _oauth_error(400, "invalid_request", "the body must be form-encoded")
+    grant = form.get("grant_type")
+    if grant != "client_credentials":
+        return _oauth_error(
+            400, "unsupported_grant_type", f"only client_credentials is supported, got {grant!r}"
+        )
+    client_id, client_secret = form.get("client_id"), form.get("client_secret")
+    basic = _basic_credentials(request.headers.get("Authorization", ""))
+    if basic is not None:  # RFC 6749 2.3.1 client_secret_basic (DuckDB sends this)
+        client_id, client_secret = basic
+    if not isinstance(client_id, str) or not isinstance(client_secret, str):
+        return _oauth_error(400, "invalid_request", "client_id and client_secret are required")
+    if not authority.enabled:
+        return _oauth_error(
+            400, "invalid_client", "this catalog has no tokens configured; send no credentials"
+        )
+    issued = authority.issue(client_id, client_secret)
+    if issued is None:
+        return _oauth_error(401, "invalid_client", "unknown client_id or wrong client_secret")
+    token, principal = issued
+    audit(principal, "getToken", status=200)
+    return web.json_response(
+        {
+            "access_token": token,
+            "token_type": "bearer",
+            "expires_in": authority.ttl_s,
+            "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+        }
+    )
+
+
+def audit(principal: Principal, operation: str, *, status: int, **fields: Any) -> None:
+    """One JSON line on the ``icefloe.audit`` logger; None fields are left out."""
+    record: dict[str, Any] = {
+        "time": datetime.now(UTC).isoformat(timespec="milliseconds"),
+        "principal": principal.name,
+        "operation": operation,
+        "status": status,
+    }
+    record.update({k: v for k, v in fields.items() if v is not None})
+    audit_log.info(json.dumps(record, sort_keys=False, default=str))

@@ -1,0 +1,769 @@
+"""The write side of the Iceberg REST catalog, served by the planner next to its read routes.
+
+Routes (REST OpenAPI names), all through the planner's catalog:
+
+* ``createNamespace``, ``dropNamespace`` (409 ``NamespaceNotEmptyException`` when it holds
+  tables or namespaces), ``updateProperties`` (``updated``/``removed``/``missing``; 422 for a
+  key both set and removed);
+* ``createTable`` (also ``stage-create``: metadata returned, nothing written), ``registerTable``,
+  ``dropTable`` (``purgeRequested`` deletes every reachable file within the allowed
+  locations, see :class:`LocationPolicy`), ``renameTable`` (406 where the
+  catalog cannot: file-system tables are found by their path);
+* ``updateTable`` and ``commitTransaction``: requirements checked and updates applied by
+  :mod:`icefloe.table_changes` through the catalog's conditional swap, re-checked after every
+  lost swap, so REST commits and coordinator batches never lose each other's changes. A failed
+  requirement is 409 ``CommitFailedException`` with nothing applied; 500
+  ``CommitStateUnknownException`` only when the store cannot say whether the swap happened.
+  Transactions of several tables are atomic on catalogs with multi-key writes (Redis,
+  DynamoDB) and 406 elsewhere, before anything is written.
+
+Errors are the spec's ``IcebergErrorResponse``, never a traceback. Tokens and the audit log
+are :mod:`icefloe.planner.auth`'s. The planner sees a REST commit at once: the new metadata goes
+straight into its table state.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import sys
+import weakref
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import pydantic
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
+
+from icefloe.catalog import METADATA_PATH, Catalog, Namespace, Table, TableIdentifier
+from icefloe.commit import CommitStats, RetryPolicy
+from icefloe.errors import (
+    AlreadyExistsError,
+    CommitFailedError,
+    CommitStateUnknownError,
+    FileIOError,
+    IcefloeError,
+    InvalidFileError,
+    NamespaceNotEmptyError,
+    NotFoundError,
+    UnsupportedOperationError,
+    ValidationError,
+)
+from icefloe.maintenance import purge_table_files
+from icefloe.metadata import TableMetadata
+from icefloe.metadata_builder import new_table_metadata
+from icefloe.metadata_updates import SetLocationUpdate, SetPropertiesUpdate
+from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
+from icefloe.planner.auth import (
+    OAUTH_PATH,
+    TokenAuthority,
+    audit,
+    auth_middleware,
+    error_json,
+    oauth_tokens,
+    principal_of,
+)
+from icefloe.planner.config import PlannerConfig
+from icefloe.planner.errors import ApiError
+from icefloe.planner.refresher import TableRefresher
+from icefloe.planner.write_config import RestCatalogSettings
+from icefloe.schema import Schema
+from icefloe.sort_order import SortOrder
+from icefloe.table_changes import DEFAULT_POLICY, CommitOutcome, TableCommit, commit_table_changes
+
+log = logging.getLogger(__name__)
+M = TypeVar("M", bound=BaseModel)
+
+
+class PlannerService(Protocol):
+    """What the write routes use of the planner that serves them
+    (:class:`icefloe.planner.app.PlannerService`, which imports this module, not the reverse)."""
+
+    @property
+    def config(self) -> PlannerConfig: ...
+
+    @property
+    def catalog(self) -> Catalog: ...
+
+    @property
+    def refresher(self) -> TableRefresher: ...
+
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+
+NAMESPACE_SEPARATOR = "\x1f"
+SCAN_PLANNING_MODE = "scan-planning-mode"
+MAX_NAME_LENGTH = 255
+# Names become storage paths and Redis/DynamoDB keys: no separators, no control characters.
+_BAD_NAME = re.compile(r"[/\\.\x00-\x1f\x7f]")
+
+
+def _bad_request(message: str) -> ApiError:
+    return ApiError(400, "BadRequestException", message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Request bodies
+# ---------------------------------------------------------------------------------------------
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
+
+
+class CreateNamespaceRequest(_Body):
+    namespace: list[StrictStr] = Field(..., min_length=1)
+    properties: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+
+class UpdateNamespacePropertiesRequest(_Body):
+    removals: list[StrictStr] = Field(default_factory=list)
+    updates: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+
+class CreateTableRequest(_Body):
+    name: StrictStr
+    location: StrictStr | None = Field(None, min_length=1)
+    schema_: dict[str, Any] = Field(..., alias="schema")
+    partition_spec: dict[str, Any] | None = Field(None, alias="partition-spec")
+    write_order: dict[str, Any] | None = Field(None, alias="write-order")
+    stage_create: StrictBool = Field(False, alias="stage-create")
+    properties: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+
+
+class RegisterTableRequest(_Body):
+    name: StrictStr
+    metadata_location: StrictStr = Field(..., alias="metadata-location", min_length=1)
+    overwrite: StrictBool = False
+
+
+class IdentifierBody(_Body):
+    namespace: list[StrictStr]
+    name: StrictStr
+
+
+class RenameTableRequest(_Body):
+    source: IdentifierBody
+    destination: IdentifierBody
+
+
+class CommitTableRequest(_Body):
+    identifier: IdentifierBody | None = None
+    requirements: list[Any]
+    updates: list[Any]
+
+
+class CommitTransactionRequest(_Body):
+    table_changes: list[CommitTableRequest] = Field(..., alias="table-changes", min_length=1)
+
+
+def _problems(err: pydantic.ValidationError) -> str:
+    parts = []
+    for e in err.errors()[:5]:
+        where = ".".join(str(p) for p in e.get("loc", ())) or "body"
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    return "; ".join(parts)
+
+
+async def _body(request: web.Request, model: type[M]) -> M:
+    raw = await request.read()
+    if not raw.strip():
+        raise _bad_request(f"the request needs a JSON {model.__name__} body")
+    try:
+        return model.model_validate_json(raw)
+    except pydantic.ValidationError as e:
+        raise _bad_request(f"invalid {model.__name__}: {_problems(e)}") from None
+    except (ValidationError, ValueError) as e:
+        raise _bad_request(f"invalid {model.__name__}: {e}") from None
+
+
+def check_name(name: str, what: str) -> str:
+    """A namespace level or table name that is safe as a path step and a key."""
+    if not name or len(name) > MAX_NAME_LENGTH or _BAD_NAME.search(name):
+        raise _bad_request(
+            f"invalid {what} {name[:80]!r}: names must be 1 to {MAX_NAME_LENGTH} characters "
+            "without '/', '\\', '.' or control characters"
+        )
+    return name
+
+
+def path_namespace(text: str) -> Namespace:
+    if not text:
+        raise _bad_request("the namespace is empty")
+    return tuple(check_name(p, "namespace level") for p in text.split(NAMESPACE_SEPARATOR))
+
+
+def _identifier(body: IdentifierBody) -> TableIdentifier:
+    if not body.namespace:
+        raise _bad_request(f"table identifier {body.name!r} has an empty namespace")
+    return TableIdentifier(
+        tuple(check_name(p, "namespace level") for p in body.namespace),
+        check_name(body.name, "table name"),
+    )
+
+
+def _path_table(request: web.Request) -> TableIdentifier:
+    return TableIdentifier(
+        path_namespace(request.match_info["namespace"]),
+        check_name(request.match_info["table"], "table name"),
+    )
+
+
+def _with_field_ids(spec: dict[str, Any]) -> dict[str, Any]:
+    """A create request's spec may leave ids out: the new table assigns them anyway."""
+    fields = spec.get("fields", [])
+    if not isinstance(fields, list):
+        raise _bad_request(f"partition-spec needs a 'fields' list, got {fields!r:.100}")
+    return {
+        **spec,
+        "spec-id": spec.get("spec-id", 0),
+        "fields": [
+            {**f, "field-id": PARTITION_FIELD_ID_START + i}
+            if isinstance(f, dict) and f.get("field-id") is None
+            else f
+            for i, f in enumerate(fields)
+        ],
+    }
+
+
+def _normal(location: str) -> str:
+    return (
+        location.removeprefix("file://") if location.startswith("file:///") else location
+    ).rstrip("/")
+
+
+class LocationPolicy:
+    """Where writers may put tables. Without it, a write token could make the server write
+    metadata files anywhere it can, read any file as "metadata" (register) or, by committing
+    a foreign path as a data file and purging the table, delete it."""
+
+    def __init__(self, prefixes: list[str]) -> None:
+        self.prefixes = [_normal(p) for p in prefixes if p.strip()]
+
+    def allows(self, location: str) -> bool:
+        if not self.prefixes:
+            return True
+        normal = _normal(location)
+        if ".." in normal.split("/"):
+            return False
+        return any(normal == p or normal.startswith(p + "/") for p in self.prefixes)
+
+    def check(self, location: str, what: str) -> None:
+        if not self.allows(location):
+            raise ApiError(
+                403,
+                "ForbiddenException",
+                f"{what} {location[:200]!r} is outside the allowed locations "
+                f"{self.prefixes} (ICEFLOE_REST_ALLOWED_LOCATIONS)",
+            )
+
+    def check_properties(self, properties: Mapping[str, str]) -> None:
+        custom = properties.get(METADATA_PATH)
+        if custom and ("://" in custom or custom.startswith("/")):
+            self.check(custom, f"table property {METADATA_PATH}")
+
+
+def _snapshot_id(metadata: TableMetadata | None) -> int | None:
+    if metadata is None:
+        return None
+    current = metadata.current_snapshot()
+    return current.snapshot_id if current is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Routes
+# ---------------------------------------------------------------------------------------------
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+# (method, path under /v1/{prefix}/, operation id, WriteRoutes method)
+ROUTES: tuple[tuple[str, str, str, str], ...] = (
+    ("POST", "namespaces", "createNamespace", "create_namespace"),
+    ("DELETE", "namespaces/{namespace}", "dropNamespace", "drop_namespace"),
+    (
+        "POST",
+        "namespaces/{namespace}/properties",
+        "updateProperties",
+        "update_namespace_properties",
+    ),
+    ("POST", "namespaces/{namespace}/tables", "createTable", "create_table"),
+    ("POST", "namespaces/{namespace}/register", "registerTable", "register_table"),
+    ("POST", "namespaces/{namespace}/tables/{table}", "updateTable", "update_table"),
+    ("DELETE", "namespaces/{namespace}/tables/{table}", "dropTable", "drop_table"),
+    ("POST", "tables/rename", "renameTable", "rename_table"),
+    ("POST", "transactions/commit", "commitTransaction", "commit_transaction"),
+)
+WRITE_ENDPOINTS: tuple[tuple[str, str], ...] = tuple(
+    (method, "/v1/{prefix}/" + path) for method, path, _, _ in ROUTES
+)
+OPENAPI_FILE = Path(__file__).with_name("write_openapi.json")
+
+
+_LOST_SWAPS: weakref.WeakKeyDictionary[CollectorRegistry, Counter] = weakref.WeakKeyDictionary()
+
+
+def _lost_swaps_counter(registry: CollectorRegistry) -> Counter:
+    """One counter per registry, however often the service builds its app."""
+    counter = _LOST_SWAPS.get(registry)
+    if counter is None:
+        counter = _LOST_SWAPS[registry] = Counter(
+            "icefloe_rest_lost_swaps",
+            "REST commits whose swap lost to another committer and were re-checked",
+            registry=registry,
+        )
+    return counter
+
+
+class WriteRoutes:
+    """The write handlers over a planner service's catalog and table state."""
+
+    def __init__(self, service: PlannerService, settings: RestCatalogSettings) -> None:
+        self.service = service
+        self.settings = settings
+        self.catalog = service.catalog
+        self.authority = TokenAuthority(settings)
+        configured = settings.allowed_locations
+        self.locations = LocationPolicy(
+            configured.split(",") if configured else [self.catalog.properties.get("warehouse", "")]
+        )
+        self.policy = RetryPolicy(
+            num_retries=settings.commit_retries,
+            min_wait_ms=DEFAULT_POLICY.min_wait_ms,
+            max_wait_ms=DEFAULT_POLICY.max_wait_ms,
+            total_timeout_ms=DEFAULT_POLICY.total_timeout_ms,
+        )
+        self._write_handlers: set[Handler] = set()
+        self.endpoints: list[tuple[str, str]] = []
+        self.stats = CommitStats()
+        self._lost_swaps = _lost_swaps_counter(service.registry)
+
+    # -- registration -----------------------------------------------------------------------
+
+    def register(self, app: web.Application, prefix: str) -> list[tuple[str, str]]:
+        """Add the routes (and the token middleware, outermost); return the endpoints to
+        advertise in ``/v1/config``, in the spec's ``{prefix}`` form."""
+        app.middlewares.insert(0, auth_middleware(self.authority, self._is_write))
+        app.router.add_post(OAUTH_PATH, self._oauth)
+        base = f"/v1/{prefix}/" if prefix else "/v1/"
+        advertised = []
+        for method, path, operation, attribute in ROUTES:
+            wrapped = self._wrap(getattr(self, attribute), operation)
+            self._write_handlers.add(wrapped)
+            app.router.add_route(method, base + path, wrapped)
+            if operation != "renameTable" or self.catalog.supports_rename:
+                advertised.append((method, "/v1/{prefix}/" + path))
+        self.endpoints = advertised
+        return advertised
+
+    def _is_write(self, request: web.Request) -> bool:
+        return request.match_info.handler in self._write_handlers
+
+    def _wrap(self, handler: Handler, operation: str) -> Handler:
+        """Map typed errors to the spec's answers; audit failures (successes audit inside)."""
+
+        async def wrapped(request: web.Request) -> web.StreamResponse:
+            try:
+                return await handler(request)
+            except ApiError as e:
+                error = e
+            except NamespaceNotEmptyError as e:
+                error = ApiError(409, "NamespaceNotEmptyException", str(e))
+            except ValidationError as e:
+                error = ApiError(400, "BadRequestException", str(e))
+            except NotFoundError as e:
+                error = ApiError(404, _not_found_type(str(e)), str(e))
+            except AlreadyExistsError as e:
+                error = ApiError(409, "AlreadyExistsException", str(e))
+            except CommitFailedError as e:
+                error = ApiError(409, "CommitFailedException", str(e))
+            except UnsupportedOperationError as e:
+                error = ApiError(406, "UnsupportedOperationException", str(e))
+            except CommitStateUnknownError as e:
+                log.error("%s %s: %s", request.method, request.path, e)
+                error = ApiError(500, "CommitStateUnknownException", str(e))
+            except FileIOError as e:
+                log.error("%s %s: storage failed: %s", request.method, request.path, e)
+                error = ApiError(
+                    503,
+                    "ServiceUnavailableException",
+                    "table storage is unavailable; retry later (details in the server's log)",
+                )
+            except IcefloeError as e:
+                log.error("%s %s: %s", request.method, request.path, e)
+                error = ApiError(500, "InternalServerError", "internal error; see the server log")
+            except Exception:
+                log.exception("%s %s failed", request.method, request.path)
+                error = ApiError(500, "InternalServerError", "internal error; see the server log")
+            audit(
+                principal_of(request),
+                operation,
+                status=error.code,
+                path=request.path,
+                error=f"{error.error_type}: {error.message}",
+            )
+            return error_json(error.code, error.error_type, error.message)
+
+        wrapped.__name__ = operation
+        return wrapped
+
+    async def _oauth(self, request: web.Request) -> web.StreamResponse:
+        return await oauth_tokens(self.authority, request)
+
+    # -- namespaces -------------------------------------------------------------------------
+
+    async def create_namespace(self, request: web.Request) -> web.StreamResponse:
+        body = await _body(request, CreateNamespaceRequest)
+        namespace = tuple(check_name(p, "namespace level") for p in body.namespace)
+        try:
+            await self.catalog.create_namespace(namespace, body.properties)
+        except AlreadyExistsError as e:
+            raise ApiError(409, "AlreadyExistsException", str(e)) from None
+        properties = await self.catalog.load_namespace_properties(namespace)
+        audit(
+            principal_of(request),
+            "createNamespace",
+            status=200,
+            namespace=".".join(namespace),
+        )
+        return web.json_response({"namespace": list(namespace), "properties": properties})
+
+    async def _namespace_or_404(self, namespace: Namespace) -> dict[str, str]:
+        try:
+            return await self.catalog.load_namespace_properties(namespace)
+        except NotFoundError:
+            raise ApiError(
+                404, "NoSuchNamespaceException", f"namespace {'.'.join(namespace)!r} does not exist"
+            ) from None
+
+    async def drop_namespace(self, request: web.Request) -> web.StreamResponse:
+        namespace = path_namespace(request.match_info["namespace"])
+        await self._namespace_or_404(namespace)
+        try:
+            await self.catalog.drop_namespace(namespace)
+        except NotFoundError as e:
+            raise ApiError(404, "NoSuchNamespaceException", str(e)) from None
+        audit(principal_of(request), "dropNamespace", status=204, namespace=".".join(namespace))
+        return web.Response(status=204)
+
+    async def update_namespace_properties(self, request: web.Request) -> web.StreamResponse:
+        namespace = path_namespace(request.match_info["namespace"])
+        body = await _body(request, UpdateNamespacePropertiesRequest)
+        both = sorted(set(body.removals) & set(body.updates))
+        if both:
+            raise ApiError(
+                422,
+                "UnprocessableEntityException",
+                f"properties {both} are both updated and removed; send each key once",
+            )
+        before = await self._namespace_or_404(namespace)
+        removals = set(body.removals)
+        try:
+            await self.catalog.update_namespace_properties(namespace, removals, body.updates)
+        except NotFoundError as e:
+            raise ApiError(404, "NoSuchNamespaceException", str(e)) from None
+        removed = sorted(k for k in removals if k in before)
+        missing = sorted(k for k in removals if k not in before)
+        audit(
+            principal_of(request),
+            "updateProperties",
+            status=200,
+            namespace=".".join(namespace),
+            updated=sorted(body.updates),
+            removed=removed,
+        )
+        return web.json_response(
+            {"updated": sorted(body.updates), "removed": removed, "missing": missing}
+        )
+
+    # -- tables -----------------------------------------------------------------------------
+
+    def _load_result(self, location: str | None, metadata: TableMetadata) -> web.Response:
+        body: dict[str, Any] = {
+            "metadata": metadata.to_json(),
+            "config": {SCAN_PLANNING_MODE: "server"},
+        }
+        if location is not None:
+            body["metadata-location"] = location
+        return web.json_response(body)
+
+    def _seen(self, table: Table) -> None:
+        """The planner answers from the committed state at once, not after a refresh."""
+        self.service.refresher.committed(table.identifier, table.metadata, table.metadata_location)
+
+    async def create_table(self, request: web.Request) -> web.StreamResponse:
+        namespace = path_namespace(request.match_info["namespace"])
+        body = await _body(request, CreateTableRequest)
+        ident = TableIdentifier(namespace, check_name(body.name, "table name"))
+        await self._namespace_or_404(namespace)
+        schema = Schema.from_json(body.schema_)
+        spec = (
+            PartitionSpec.from_json(_with_field_ids(body.partition_spec))
+            if body.partition_spec is not None
+            else PartitionSpec.unpartitioned()
+        )
+        order = (
+            SortOrder.from_json(body.write_order)
+            if body.write_order is not None
+            else SortOrder.unsorted()
+        )
+        location = body.location or await self.catalog.default_table_location(ident)
+        self.locations.check(location, "table location")
+        self.locations.check_properties(body.properties)
+        metadata = new_table_metadata(schema, spec, order, location, body.properties)
+        principal = principal_of(request)
+        if body.stage_create:
+            if await self.catalog.table_exists(ident):
+                raise ApiError(409, "AlreadyExistsException", f"table {ident} already exists")
+            audit(principal, "createTable", status=200, table=str(ident), staged=True)
+            return self._load_result(None, metadata)
+        try:
+            table = await self.catalog.create_table_with_metadata(ident, metadata)
+        except AlreadyExistsError as e:
+            raise ApiError(409, "AlreadyExistsException", str(e)) from None
+        self._seen(table)
+        audit(
+            principal,
+            "createTable",
+            status=200,
+            table=str(ident),
+            **{"metadata-location": table.metadata_location},
+        )
+        return self._load_result(table.metadata_location, table.metadata)
+
+    async def register_table(self, request: web.Request) -> web.StreamResponse:
+        namespace = path_namespace(request.match_info["namespace"])
+        body = await _body(request, RegisterTableRequest)
+        ident = TableIdentifier(namespace, check_name(body.name, "table name"))
+        await self._namespace_or_404(namespace)
+        self.locations.check(body.metadata_location, "metadata file")
+        if body.overwrite and await self.catalog.table_exists(ident):
+            raise ApiError(
+                406,
+                "UnsupportedOperationException",
+                f"table {ident} exists and registering with overwrite is not supported; "
+                "drop it first",
+            )
+        try:
+            metadata = await self.catalog.read_metadata(body.metadata_location)
+        except (NotFoundError, InvalidFileError, ValidationError) as e:
+            raise _bad_request(f"cannot register {ident}: {e}") from None
+        self.locations.check(metadata.location, "table location")
+        try:
+            table = await self.catalog.register_table(ident, body.metadata_location)
+        except AlreadyExistsError as e:
+            raise ApiError(409, "AlreadyExistsException", str(e)) from None
+        self._seen(table)
+        audit(
+            principal_of(request),
+            "registerTable",
+            status=200,
+            table=str(ident),
+            **{
+                "metadata-location": table.metadata_location,
+                "snapshot-id": _snapshot_id(table.metadata),
+            },
+        )
+        return self._load_result(table.metadata_location, table.metadata)
+
+    async def drop_table(self, request: web.Request) -> web.StreamResponse:
+        ident = _path_table(request)
+        purge_text = request.query.get("purgeRequested", "false").lower()
+        if purge_text not in ("true", "false"):
+            raise _bad_request(f"purgeRequested must be true or false, got {purge_text!r}")
+        purge = purge_text == "true"
+        await self._namespace_or_404(ident.namespace)
+        refused: list[str] = []
+        try:
+            table = await self.catalog.load_table(ident)
+            await self.catalog.drop_table(ident)
+        except NotFoundError:
+            raise ApiError(404, "NoSuchTableException", f"table {ident} does not exist") from None
+        self.service.refresher.dropped(ident)
+        if purge:
+            # After the pointer is gone, so no reader meets a half-deleted table; only what
+            # lies within the allowed locations is deleted.
+            refused = await purge_table_files(table, self.locations.allows)
+            if refused:
+                log.warning(
+                    "purging %s left %d files outside the allowed locations, e.g. %s",
+                    ident,
+                    len(refused),
+                    refused[0],
+                )
+        audit(
+            principal_of(request),
+            "dropTable",
+            status=204,
+            table=str(ident),
+            purge=purge,
+            **{"files-kept-outside-allowed-locations": len(refused) or None},
+        )
+        return web.Response(status=204)
+
+    async def rename_table(self, request: web.Request) -> web.StreamResponse:
+        body = await _body(request, RenameTableRequest)
+        source, destination = _identifier(body.source), _identifier(body.destination)
+        if not self.catalog.supports_rename:
+            await self.catalog.rename_table(source, destination)  # raises, naming why
+        await self._namespace_or_404(destination.namespace)
+        try:
+            await self.catalog.rename_table(source, destination)
+        except NotFoundError as e:
+            kind = "NoSuchNamespaceException" if "namespace" in str(e) else "NoSuchTableException"
+            raise ApiError(404, kind, str(e)) from None
+        self.service.refresher.dropped(source)
+        audit(
+            principal_of(request),
+            "renameTable",
+            status=204,
+            table=str(source),
+            destination=str(destination),
+        )
+        return web.Response(status=204)
+
+    # -- commits ----------------------------------------------------------------------------
+
+    def _commit(self, ident: TableIdentifier, body: CommitTableRequest) -> TableCommit:
+        try:
+            commit = TableCommit.parse(ident, body.requirements, body.updates)
+        except ValidationError as e:
+            raise _bad_request(f"commit to {ident}: {e}") from None
+        for update in commit.updates:
+            if isinstance(update, SetLocationUpdate):
+                self.locations.check(update.location, "table location")
+            elif isinstance(update, SetPropertiesUpdate):
+                self.locations.check_properties(update.updates)
+        return commit
+
+    async def _run(self, commits: list[TableCommit]) -> list[CommitOutcome]:
+        for commit in commits:
+            if not commit.creates:
+                await self._namespace_or_404(commit.identifier.namespace)
+        stats = CommitStats()
+        try:
+            return await commit_table_changes(self.catalog, commits, self.policy, stats)
+        except NotFoundError as e:
+            if "namespace" in str(e):
+                raise ApiError(404, "NoSuchNamespaceException", str(e)) from None
+            raise ApiError(404, "NoSuchTableException", str(e)) from None
+        finally:
+            self._lost_swaps.inc(stats.conflicts)
+            self.stats.attempts += stats.attempts
+            self.stats.conflicts += stats.conflicts
+
+    def _audit_commit(
+        self, request: web.Request, operation: str, commit: TableCommit, outcome: CommitOutcome
+    ) -> None:
+        if outcome.changed:
+            self._seen(outcome.table)
+        audit(
+            principal_of(request),
+            operation,
+            status=200 if operation == "updateTable" else 204,
+            table=str(commit.identifier),
+            updates=[u.action for u in commit.updates],
+            created=outcome.base_location is None or None,
+            changed=outcome.changed,
+            **{
+                "snapshot-id": _snapshot_id(outcome.table.metadata),
+                "metadata-location": outcome.table.metadata_location,
+                "previous-metadata-location": outcome.base_location,
+            },
+        )
+
+    async def update_table(self, request: web.Request) -> web.StreamResponse:
+        ident = _path_table(request)
+        body = await _body(request, CommitTableRequest)
+        if body.identifier is not None and _identifier(body.identifier) != ident:
+            raise _bad_request(
+                f"the body names table {_identifier(body.identifier)}, the path {ident}"
+            )
+        commit = self._commit(ident, body)
+        (outcome,) = await self._run([commit])
+        self._audit_commit(request, "updateTable", commit, outcome)
+        return web.json_response(
+            {
+                "metadata-location": outcome.table.metadata_location,
+                "metadata": outcome.table.metadata.to_json(),
+            }
+        )
+
+    async def commit_transaction(self, request: web.Request) -> web.StreamResponse:
+        body = await _body(request, CommitTransactionRequest)
+        commits = []
+        for change in body.table_changes:
+            if change.identifier is None:
+                raise _bad_request("every table change of a transaction needs its 'identifier'")
+            commits.append(self._commit(_identifier(change.identifier), change))
+        outcomes = await self._run(commits)
+        for commit, outcome in zip(commits, outcomes, strict=True):
+            self._audit_commit(request, "commitTransaction", commit, outcome)
+        return web.Response(status=204)
+
+
+def _not_found_type(message: str) -> str:
+    if message.startswith("namespace"):
+        return "NoSuchNamespaceException"
+    if message.startswith("table"):
+        return "NoSuchTableException"
+    return "NotFoundException"
+
+
+def register_write_routes(
+    app: web.Application, service: PlannerService, settings: RestCatalogSettings | None = None
+) -> list[tuple[str, str]]:
+    """The planner's one hook: serve the write routes on ``app`` unless disabled.
+
+    Returns the endpoints to advertise (none when ``ICEFLOE_REST_WRITES=false``).
+    """
+    settings = settings or RestCatalogSettings.load()
+    if not settings.writes:
+        return []
+    if service.refresher.trust_events:
+        # The results topic vouches only for the coordinator's commits. REST commits made by
+        # this replica are served at once, but those made through another replica publish no
+        # event: without polling, this replica would never see them.
+        log.info(
+            "REST writes are enabled: tables are re-read every refresh interval even when "
+            "the results topic is caught up (ICEFLOE_PLANNER_TRUST_EVENTS is ignored)"
+        )
+        service.refresher.trust_events = False
+    routes = WriteRoutes(service, settings)
+    if routes.authority.enabled and service.config.token is not None:
+        raise ValidationError(
+            "ICEFLOE_PLANNER_TOKEN and ICEFLOE_REST_*_TOKENS are both set: the planner's single "
+            "token would refuse every other token; move it into ICEFLOE_REST_READ_TOKENS or "
+            "ICEFLOE_REST_WRITE_TOKENS"
+        )
+    return routes.register(app, service.config.prefix)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m icefloe.planner.write_routes openapi SPEC.yaml``: the write routes' OpenAPI document
+    (what ``write_openapi.json`` holds; schemathesis fuzzes the server with it)."""
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] != "openapi":
+        print(
+            "usage: python -m icefloe.planner.write_routes openapi REST_SPEC.yaml", file=sys.stderr
+        )
+        return 2
+    import yaml  # type: ignore[import-untyped]  # a development tool, not a dependency
+
+    from icefloe.planner.openapi import trim_openapi
+
+    with open(args[1], encoding="utf-8") as f:
+        spec = yaml.safe_load(f)
+    document = trim_openapi(spec, WRITE_ENDPOINTS)
+    document["info"]["title"] = (
+        "icefloe REST catalog writes (Apache Iceberg REST Catalog API subset)"
+    )
+    print(json.dumps(document, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

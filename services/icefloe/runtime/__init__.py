@@ -1,0 +1,1 @@
+"""Plumbing every service shares: Kafka settings, the HTTP health/metrics server, flags."""

@@ -1,0 +1,687 @@
+"""icefloe from PySpark: write DataFrames through the coordinator.
+
+Writing (:func:`write`)
+-----------------------
+The driver never writes table metadata. It loads the table (schema, spec, properties) from
+the catalog, checks the DataFrame against the schema by name (missing required columns and
+incompatible types fail here, before any task runs; ``merge_schema=True`` first adds the
+DataFrame's new columns to the table), and runs one Spark job whose tasks write Parquet data
+files (:mod:`icefloe.spark.tasks`). Each task returns its files' content-file JSON and its
+task attempt id; Spark hands the driver the rows of exactly one successful attempt per
+partition, so the collected rows are the files to commit.
+
+The driver then publishes ``files-written`` events (one or more per task attempt, split to
+stay under the broker's message size) and one ``commit-requested`` naming those events and
+attempts, and waits, up to ``commit_timeout_s``, for the coordinator's ``table-committed``
+carrying its commit id; the snapshot id is the result. A rejection on the dead-letter topic
+fails the write at once with the coordinator's reason. Files of failed or speculative
+attempts (found by listing the directories the job wrote to, only when Spark reports failed
+tasks or runs speculation) and files the coordinator reports as orphans are deleted after
+the commit; if the commit cannot be confirmed (timeout) or is rejected, the driver first
+looks for its commit id in the table's snapshots: found, the write succeeded (a lost or
+refused announcement); not found after a timeout, nothing is deleted, since the coordinator
+may still commit it. No clean-up ever deletes a file the table holds.
+
+Exactly once for streams (:func:`foreach_batch_sink`)
+----------------------------------------------------
+A micro-batch's commit id is ``<query id or sink id>:<batch id>``, stable across restarts
+from a checkpoint. The sink skips a batch whose commit id the table's history already
+records, and the coordinator acknowledges a commit id it already applied instead of
+committing it again; when that happens, the replay's own files are found absent from the
+acknowledged snapshot and deleted.
+
+The Spark types (:mod:`icefloe.spark.types`), the driver's event loop and commit channel
+(:mod:`icefloe.spark.channel`) and reading (:mod:`icefloe.spark.reader`) are modules of their
+own.
+
+Configuration comes from :class:`~icefloe.spark.config.SparkConfig`: ``config=`` arguments,
+then ``spark.icefloe.*`` session settings, then ``ICEFLOE_*`` environment variables.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import types as st
+
+from icefloe.arrow_schema import conform_table
+from icefloe.binding import bind
+from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
+from icefloe.commit import commit_with_retry
+from icefloe.commit_index import CommitIndex
+from icefloe.content_file import content_file_from_json
+from icefloe.datafile import DataFile
+from icefloe.errors import (
+    CommitStateUnknownError,
+    EventRejectedError,
+    IcefloeError,
+    NotFoundError,
+    ValidationError,
+)
+from icefloe.events import (
+    CommitOperation,
+    CommitRequested,
+    FilesWritten,
+    TableCommitted,
+    encode_event,
+)
+from icefloe.expression_json import expression_to_json, parse_expression
+from icefloe.expressions import (
+    AlwaysTrue,
+)
+from icefloe.manifest_reader import ManifestReader
+from icefloe.metadata import TableMetadata
+from icefloe.metadata_builder import MetadataBuilder
+from icefloe.partition import PartitionSpec
+from icefloe.schema import Schema
+from icefloe.schema_update import UpdateSchema
+from icefloe.spark.channel import _BACKGROUND, ConfigArg, _settings
+from icefloe.spark.config import SparkConfig
+from icefloe.spark.tasks import (
+    WRITE_RESULT_SCHEMA,
+    WriteJob,
+    is_job_file,
+    prepare_input,
+    write_task,
+)
+from icefloe.spark.types import (
+    FilterArg,
+    _arrow_schema_of,
+    _filter_json,
+    _map_in_arrow,
+    spark_to_iceberg_type,
+)
+from icefloe.types import (
+    NestedField,
+    StructType,
+)
+
+log = logging.getLogger("icefloe.spark")
+
+WriteMode = Literal["append", "overwrite", "overwrite-partitions"]
+
+STREAMING_QUERY_ID_PROPERTY = "sql.streaming.queryId"
+"""The local property Spark sets to the streaming query's id while a batch runs."""
+BATCH_ID_PROPERTY = "spark.streaming.batch-id"
+QUERY_ID_PROPERTY = "spark.streaming.query-id"
+
+
+# ---------------------------------------------------------------------------------------
+# Writing
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class StagedWrite:
+    """A written but uncommitted Spark job: its files and the events that describe them."""
+
+    identifier: TableIdentifier
+    commit_id: str
+    job_id: str
+    schema: Schema
+    spec: PartitionSpec
+    base_snapshot_id: int | None
+    data_dir: str
+    files: list[DataFile]
+    events: list[FilesWritten]
+    attempt_ids: tuple[str, ...]
+    needs_listing: bool
+    catalog_uri: str
+    config: SparkConfig = field(repr=False)
+
+    @property
+    def record_count(self) -> int:
+        return sum(f.record_count for f in self.files)
+
+    @property
+    def paths(self) -> set[str]:
+        return {f.file_path for f in self.files}
+
+    def discard(self) -> None:
+        """Delete every file of this job (it will not be committed)."""
+        _BACKGROUND.run(
+            _delete_job_files(self.catalog_uri, self.job_id, self.directories, keep=set())
+        )
+
+    @property
+    def directories(self) -> set[str]:
+        """Where the job wrote (the data directory when it wrote nothing)."""
+        return {f.file_path.rsplit("/", 1)[0] for f in self.files} or {self.data_dir}
+
+
+def _merged_struct(table: StructType, incoming: st.StructType) -> tuple[StructType, bool]:
+    """The table's struct plus the incoming fields it lacks (by name, recursively into
+    structs); the table's own fields are kept exactly, so nothing is promoted or loosened."""
+    by_name = {f.name: f for f in table.fields}
+    fields = list(table.fields)
+    changed = False
+    counter = iter(range(1_000_000_000, 2_000_000_000))
+    for incoming_field in incoming.fields:
+        existing = by_name.get(incoming_field.name)
+        if existing is None:
+            new_type = spark_to_iceberg_type(
+                incoming_field.dataType, lambda: next(counter), incoming_field.name
+            )
+            fields.append(NestedField(next(counter), incoming_field.name, new_type))
+            changed = True
+        elif isinstance(existing.field_type, StructType) and isinstance(
+            incoming_field.dataType, st.StructType
+        ):
+            merged, child_changed = _merged_struct(existing.field_type, incoming_field.dataType)
+            if child_changed:
+                fields[fields.index(existing)] = existing.replace(field_type=merged)
+                changed = True
+    return StructType(*fields), changed
+
+
+async def _evolve_schema(catalog: Catalog, table: Table, incoming: st.StructType) -> Table:
+    """Add the DataFrame's new columns to the table (optional, fresh ids), if it has any."""
+
+    async def build(base: Table) -> TableMetadata:
+        metadata = base.metadata
+        schema = metadata.schema()
+        merged, changed = _merged_struct(schema.struct, incoming)
+        if not changed:
+            return metadata
+        update = UpdateSchema(schema, metadata.last_column_id, metadata.format_version)
+        new_schema, last_column_id = update.union_by_name(Schema.from_struct(merged)).apply()
+        return (
+            MetadataBuilder(metadata)
+            .add_schema(new_schema, last_column_id)
+            .set_current_schema(-1)
+            .build(base.metadata_location)
+        )
+
+    def applied(current: Table) -> bool:
+        return not _merged_struct(current.metadata.schema().struct, incoming)[1]
+
+    if applied(table):
+        return table
+    evolved = await commit_with_retry(catalog, table, build, applied)
+    log.info(
+        "evolved the schema of %s to schema %d for new DataFrame columns",
+        table.identifier,
+        evolved.metadata.current_schema_id,
+    )
+    return evolved
+
+
+async def _load_for_write(
+    uri: str, identifier: TableIdentifier, incoming: st.StructType | None
+) -> tuple[Table, Catalog]:
+    catalog = await _BACKGROUND.catalog(uri)
+    table = await catalog.load_table(identifier)
+    if incoming is not None:
+        table = await _evolve_schema(catalog, table, incoming)
+    return table, catalog
+
+
+def check_dataframe_schema(df_schema: st.StructType, schema: Schema, timezone: str = "UTC") -> None:
+    """Raise a ValidationError if rows of ``df_schema`` cannot be written to ``schema``:
+    unknown or duplicate columns, missing required columns, incompatible types."""
+    empty = _arrow_schema_of(df_schema, timezone).empty_table()
+    conform_table(prepare_input(empty, schema), schema)
+
+
+def _operation(mode: str, overwrite_filter: FilterArg) -> tuple[CommitOperation, Any]:
+    if mode == "append":
+        if overwrite_filter is not None:
+            raise ValidationError("overwrite_filter is only allowed with mode='overwrite'")
+        return CommitOperation.APPEND, None
+    if mode == "overwrite":
+        flt = _filter_json(overwrite_filter)
+        return CommitOperation.OVERWRITE, (expression_to_json(AlwaysTrue()) if flt is None else flt)
+    if mode == "overwrite-partitions":
+        if overwrite_filter is not None:
+            raise ValidationError(
+                "mode='overwrite-partitions' replaces the partitions written; it takes no filter"
+            )
+        return CommitOperation.OVERWRITE, None
+    raise ValidationError(
+        f"unknown write mode {mode!r}; use 'append', 'overwrite' or 'overwrite-partitions'"
+    )
+
+
+def _split_events(
+    make: Callable[[list[DataFile]], FilesWritten], files: list[DataFile], max_bytes: int
+) -> list[FilesWritten]:
+    event = make(files)
+    if len(files) <= 1 or len(encode_event(event)) <= max_bytes:
+        return [event]
+    half = len(files) // 2
+    return _split_events(make, files[:half], max_bytes) + _split_events(
+        make, files[half:], max_bytes
+    )
+
+
+def stage_write(
+    df: DataFrame,
+    table: str | TableIdentifier,
+    *,
+    merge_schema: bool = False,
+    commit_id: str | None = None,
+    config: ConfigArg = None,
+    branch: str | None = None,
+) -> StagedWrite:
+    """Write ``df``'s data files and build their events, without committing anything.
+
+    :func:`write` is this followed by :func:`commit_staged`; benchmarks and custom
+    pipelines may call the two steps themselves.
+    """
+    settings = _settings(df.sparkSession, config)
+    uri = settings.require_catalog()
+    identifier = TableIdentifier.parse(table)
+    timezone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    loaded, catalog = _BACKGROUND.run(
+        _load_for_write(uri, identifier, df.schema if merge_schema else None)
+    )
+    metadata = loaded.metadata
+    schema, spec = metadata.schema(), metadata.spec()
+    try:
+        check_dataframe_schema(df.schema, schema, timezone)
+    except ValidationError as e:
+        hint = "" if merge_schema else " (merge_schema=True adds new columns to the table)"
+        raise ValidationError(f"cannot write this DataFrame to {identifier}: {e}{hint}") from None
+    head = metadata.snapshot_by_ref(branch or "main")
+    job = WriteJob(
+        job_id=uuid.uuid4().hex,
+        table_location=metadata.location,
+        data_dir=data_dir(metadata),
+        schema_json=json.dumps(schema.to_json()),
+        spec_json=json.dumps(spec.to_json()),
+        properties=dict(metadata.properties),
+        io_properties=dict(catalog.properties),
+    )
+    result = _map_in_arrow(df, functools.partial(write_task, job), WRITE_RESULT_SCHEMA)
+    try:
+        rows = result.collect()
+    except Exception:
+        log.warning("Spark job %s writing %s failed; deleting its files", job.job_id, identifier)
+        with contextlib.suppress(Exception):
+            _BACKGROUND.run(_delete_job_files(uri, job.job_id, {job.data_dir}, keep=set()))
+        raise
+    specs = {spec.spec_id: spec}
+    by_attempt: dict[str, list[DataFile]] = {}
+    stages: set[int] = set()
+    for row in rows:
+        attempt_id = f"{job.job_id}:{row.stage_id}:{row.task_attempt_id}"
+        data_file = content_file_from_json(json.loads(row.file), specs=specs, schema=schema)
+        by_attempt.setdefault(attempt_id, []).append(data_file)
+        stages.add(row.stage_id)
+    the_commit_id = commit_id or job.job_id
+    events: list[FilesWritten] = []
+    for attempt_id, files in sorted(by_attempt.items()):
+        for start in range(0, len(files), settings.event_max_files):
+            chunk = files[start : start + settings.event_max_files]
+
+            def make(part: list[DataFile], attempt_id: str = attempt_id) -> FilesWritten:
+                return FilesWritten.from_data_files(
+                    identifier,
+                    the_commit_id,
+                    settings.writer_id,
+                    attempt_id,
+                    schema,
+                    spec,
+                    part,
+                )
+
+            events.extend(_split_events(make, chunk, settings.event_max_bytes))
+    files = [f for fs in by_attempt.values() for f in fs]
+    return StagedWrite(
+        identifier=identifier,
+        commit_id=the_commit_id,
+        job_id=job.job_id,
+        schema=schema,
+        spec=spec,
+        base_snapshot_id=None if head is None else head.snapshot_id,
+        data_dir=job.data_dir,
+        files=files,
+        events=events,
+        attempt_ids=tuple(sorted(by_attempt)),
+        needs_listing=_attempts_may_have_failed(df.sparkSession, stages),
+        catalog_uri=uri,
+        config=settings,
+    )
+
+
+def _attempts_may_have_failed(spark: SparkSession, stages: Iterable[int]) -> bool:
+    """Whether some task attempt may have left files behind: Spark saw failed tasks or stage
+    retries, or speculation may have run duplicates. Unknown counts as yes."""
+    context = spark.sparkContext
+    if (context.getConf().get("spark.speculation") or "false").lower() == "true":
+        return True
+    tracker = context.statusTracker()
+    for stage_id in stages:
+        info = tracker.getStageInfo(stage_id)
+        if info is None or info.numFailedTasks > 0 or info.currentAttemptId > 0:
+            return True
+    return False
+
+
+async def _delete_job_files(
+    uri: str, job_id: str, directories: Iterable[str], keep: set[str]
+) -> list[str]:
+    """Delete the job's files under ``directories`` that are not in ``keep``."""
+    catalog = await _BACKGROUND.catalog(uri)
+    deleted: list[str] = []
+    for directory in sorted(set(directories)):
+        try:
+            async for info in catalog.io.list(directory):
+                if is_job_file(info.path, job_id) and info.path not in keep:
+                    await catalog.io.delete(info.path)
+                    deleted.append(info.path)
+        except NotFoundError:
+            continue
+    if deleted:
+        log.info("deleted %d uncommitted file(s) of job %s", len(deleted), job_id)
+    return deleted
+
+
+async def _delete(uri: str, paths: Iterable[str]) -> None:
+    catalog = await _BACKGROUND.catalog(uri)
+    for path in paths:
+        with contextlib.suppress(NotFoundError):
+            await catalog.io.delete(path)
+
+
+async def _snapshot_adds_any(uri: str, committed: TableCommitted, paths: set[str]) -> bool:
+    """Whether the acknowledged snapshot added any of ``paths``; True when it cannot tell,
+    so that files are only ever deleted when they are certainly not in the table."""
+    catalog = await _BACKGROUND.catalog(uri)
+    metadata = await catalog.read_metadata(committed.metadata_location)
+    snapshot = metadata.snapshot_by_id(committed.snapshot_id)
+    if snapshot is None:
+        return True
+    reader = ManifestReader(catalog.io)
+    specs = metadata.specs()
+    for manifest in await reader.manifests(snapshot):
+        if manifest.added_snapshot_id != snapshot.snapshot_id:
+            continue
+        for entry in await reader.entries(manifest, specs):
+            if entry.snapshot_id == snapshot.snapshot_id and entry.data_file.file_path in paths:
+                return True
+    return False
+
+
+def commit_staged(
+    staged: StagedWrite,
+    mode: WriteMode = "append",
+    overwrite_filter: FilterArg = None,
+    *,
+    branch: str | None = None,
+    snapshot_properties: Mapping[str, str] | None = None,
+    timeout_s: float | None = None,
+    verify_files: bool = False,
+) -> int | None:
+    """Ask the coordinator to commit a staged write; the snapshot id, or None if there was
+    nothing to commit. ``verify_files`` checks, for commit ids that may have been committed
+    before (stream replays), that the acknowledged snapshot holds this job's files."""
+    operation, filter_json = _operation(mode, overwrite_filter)
+    settings = staged.config
+    uri = staged.catalog_uri
+    if filter_json is not None:
+        try:
+            bind(staged.schema, parse_expression(filter_json))
+        except ValidationError as e:
+            raise ValidationError(
+                f"overwrite_filter does not apply to {staged.identifier}: {e}"
+            ) from None
+    if not staged.events and filter_json is None:
+        log.info("nothing to commit to %s (the DataFrame was empty)", staged.identifier)
+        _BACKGROUND.run(_cleanup(staged, committed=None))
+        return None
+    request = CommitRequested(
+        table=str(staged.identifier),
+        commit_id=staged.commit_id,
+        operation=operation,
+        event_ids=tuple(e.event_id for e in staged.events),
+        attempt_ids=staged.attempt_ids,
+        overwrite_filter=filter_json,
+        snapshot_properties=dict(snapshot_properties or {}),
+        branch=branch,
+        base_snapshot_id=staged.base_snapshot_id
+        if operation is CommitOperation.OVERWRITE
+        else None,
+    )
+    timeout = timeout_s if timeout_s is not None else settings.commit_timeout_s
+
+    async def run() -> TableCommitted:
+        channel = await _BACKGROUND.channel(settings)
+        return await channel.commit(staged.events, request, timeout)
+
+    started = time.monotonic()
+    try:
+        committed = _BACKGROUND.run(run())
+    except (EventRejectedError, CommitStateUnknownError) as e:
+        # Before retrying, giving up or deleting anything, ask the table itself: the
+        # commit id may be in it (a lost announcement, or a replay refused as such).
+        holder = _BACKGROUND.run(_committed_in(uri, staged.identifier, staged.commit_id))
+        if holder is not None:
+            log.warning(
+                "commit id %s of %s is in the table (snapshot %d) although the coordinator "
+                "answered %s: %s; taking it as committed",
+                staged.commit_id,
+                staged.identifier,
+                holder,
+                type(e).__name__,
+                e,
+            )
+            _BACKGROUND.run(_cleanup(staged, committed=None, only_not_live=True))
+            return holder
+        if isinstance(e, EventRejectedError):
+            _BACKGROUND.run(_cleanup(staged, committed=None, only_not_live=True))
+        raise
+    log.info(
+        "committed %d file(s), %d row(s) to %s as snapshot %d in %.0f ms (commit id %s)",
+        len(staged.files),
+        staged.record_count,
+        staged.identifier,
+        committed.snapshot_id,
+        (time.monotonic() - started) * 1000,
+        staged.commit_id,
+    )
+    if verify_files and staged.files:
+        ours = staged.paths
+        if not _BACKGROUND.run(_snapshot_adds_any(uri, committed, ours)):
+            log.info(
+                "commit id %s of %s was already committed in snapshot %d; this replay's %d "
+                "file(s) are not in the table and are deleted",
+                staged.commit_id,
+                staged.identifier,
+                committed.snapshot_id,
+                len(ours),
+            )
+            _BACKGROUND.run(
+                _cleanup(staged, committed=None, orphans=committed.orphan_files, only_not_live=True)
+            )
+            return committed.snapshot_id
+    _BACKGROUND.run(_cleanup(staged, committed=committed, orphans=committed.orphan_files))
+    return committed.snapshot_id
+
+
+async def _live_files(uri: str, identifier: TableIdentifier) -> set[str]:
+    """Every file live in any branch or tag of the table (read from its manifests)."""
+    catalog = await _BACKGROUND.catalog(uri)
+    table = await catalog.load_table(identifier)
+    metadata = table.metadata
+    reader = ManifestReader(catalog.io)
+    specs = metadata.specs()
+    live: set[str] = set()
+    seen: set[str] = set()
+    for ref in metadata.refs.values():
+        snapshot = metadata.snapshot_by_id(ref.snapshot_id)
+        if snapshot is None:
+            continue
+        for manifest in await reader.manifests(snapshot):
+            if manifest.manifest_path in seen:
+                continue
+            seen.add(manifest.manifest_path)
+            for entry in await reader.entries(manifest, specs, live_only=True):
+                live.add(entry.data_file.file_path)
+    return live
+
+
+async def _cleanup(
+    staged: StagedWrite,
+    committed: TableCommitted | None,
+    orphans: Sequence[str] = (),
+    *,
+    only_not_live: bool = False,
+) -> None:
+    """Delete what is certainly not in the table: the job's files when nothing of it was
+    committed, otherwise files of other attempts and the coordinator's orphans.
+
+    ``only_not_live`` first reads which files the table holds and never deletes one of
+    them: for outcomes decided without a table-committed naming this job's snapshot (a
+    rejection, or a commit id found already applied)."""
+    try:
+        if committed is None:
+            keep = (
+                await _live_files(staged.catalog_uri, staged.identifier) if only_not_live else set()
+            )
+            await _delete_job_files(staged.catalog_uri, staged.job_id, staged.directories, keep)
+            await _delete(staged.catalog_uri, [p for p in staged.paths if p not in keep])
+        elif staged.needs_listing:
+            await _delete_job_files(
+                staged.catalog_uri, staged.job_id, staged.directories, keep=staged.paths
+            )
+        if orphans:
+            await _delete(staged.catalog_uri, [p for p in orphans if p not in staged.paths])
+    except IcefloeError as e:
+        log.warning("clean-up of job %s left files behind: %s", staged.job_id, e)
+
+
+def write(
+    df: DataFrame,
+    table: str | TableIdentifier,
+    mode: WriteMode = "append",
+    overwrite_filter: FilterArg = None,
+    branch: str | None = None,
+    *,
+    merge_schema: bool = False,
+    snapshot_properties: Mapping[str, str] | None = None,
+    commit_id: str | None = None,
+    config: ConfigArg = None,
+    timeout_s: float | None = None,
+) -> int | None:
+    """Write ``df`` to ``table`` ("ns.table") through the coordinator; the new snapshot id.
+
+    ``mode``: ``append``; ``overwrite`` deletes the rows matching ``overwrite_filter`` (an
+    icefloe expression or its JSON; the whole table when None) and adds ``df``;
+    ``overwrite-partitions`` replaces the partitions ``df`` writes. Returns None when there
+    was nothing to commit. ``commit_id`` (default: a fresh one) makes a retried job
+    idempotent: a commit id the table already holds is acknowledged, not applied again.
+    """
+    _operation(mode, overwrite_filter)  # refuse a bad mode before running any job
+    staged = stage_write(
+        df, table, merge_schema=merge_schema, commit_id=commit_id, config=config, branch=branch
+    )
+    return commit_staged(
+        staged,
+        mode,
+        overwrite_filter,
+        branch=branch,
+        snapshot_properties=snapshot_properties,
+        timeout_s=timeout_s,
+        verify_files=commit_id is not None,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Structured Streaming
+# ---------------------------------------------------------------------------------------
+
+
+async def _committed_in(uri: str, identifier: TableIdentifier, commit_id: str) -> int | None:
+    """The snapshot of the table that recorded ``commit_id`` (any branch, any writer), if
+    any: the same rule the coordinator deduplicates by (:mod:`icefloe.commit_index`)."""
+    catalog = await _BACKGROUND.catalog(uri)
+    table = await catalog.load_table(identifier)
+    index = CommitIndex()
+    index.update(table.metadata)
+    return index.get(commit_id)
+
+
+def foreach_batch_sink(
+    table: str | TableIdentifier,
+    *,
+    sink_id: str | None = None,
+    mode: Literal["append", "overwrite"] = "append",
+    branch: str | None = None,
+    merge_schema: bool = False,
+    snapshot_properties: Mapping[str, str] | None = None,
+    config: ConfigArg = None,
+    timeout_s: float | None = None,
+) -> Callable[[DataFrame, int], None]:
+    """A ``foreachBatch`` function that commits each micro-batch to ``table`` exactly once.
+
+    The commit id is ``<sink_id>:<batch id>``; ``sink_id`` defaults to the streaming query's
+    id, which survives restarts from the same checkpoint. Give one explicitly when several
+    queries (or a new checkpoint) must share one sequence of batch ids. ``mode='overwrite'``
+    replaces the table's rows with each batch (for the complete output mode).
+    """
+    identifier = TableIdentifier.parse(table)
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        query_id = sink_id or df.sparkSession.sparkContext.getLocalProperty(
+            STREAMING_QUERY_ID_PROPERTY
+        )
+        if not query_id:
+            raise ValidationError(
+                f"foreach_batch_sink for {identifier} runs outside a streaming query: pass "
+                "sink_id so each batch gets a stable commit id"
+            )
+        commit_id = f"{query_id}:{batch_id}"
+        settings = _settings(df.sparkSession, config)
+        done = _BACKGROUND.run(_committed_in(settings.require_catalog(), identifier, commit_id))
+        if done is not None:
+            log.info(
+                "batch %d of %s is already in %s (snapshot %d): skipped",
+                batch_id,
+                query_id,
+                identifier,
+                done,
+            )
+            return
+        props = {BATCH_ID_PROPERTY: str(batch_id), QUERY_ID_PROPERTY: str(query_id)}
+        props.update(snapshot_properties or {})
+        write(
+            df,
+            identifier,
+            mode,
+            branch=branch,
+            merge_schema=merge_schema,
+            snapshot_properties=props,
+            commit_id=commit_id,
+            config=settings,
+            timeout_s=timeout_s,
+        )
+
+    return sink
+
+
+def compact(spark: SparkSession, table: str | TableIdentifier, **kwargs: Any) -> Any:
+    """Compact ``table`` through the coordinator: :func:`icefloe.spark.compaction.compact`."""
+    from icefloe.spark.compaction import compact as run_compaction
+
+    return run_compaction(spark, table, **kwargs)
+
+
+__all__ = [
+    "StagedWrite",
+    "check_dataframe_schema",
+    "commit_staged",
+    "compact",
+    "foreach_batch_sink",
+    "stage_write",
+    "write",
+]

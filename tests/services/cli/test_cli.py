@@ -1,0 +1,167 @@
+"""The ``icefloe`` console command: metadata, manifests, namespaces and tables."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from icefloe.catalog_uri import load_catalog
+from icefloe.cli.main import main
+from icefloe.datafile import DataFile
+from icefloe.snapshot_producer import fast_append
+
+# Apache Iceberg's conformance files, copied into the repository (tests/fixtures)
+CONFORMANCE = Path(__file__).resolve().parents[2] / "fixtures" / "conformance" / "table-metadata"
+
+SCHEMA = json.dumps(
+    {
+        "type": "struct",
+        "fields": [
+            {"id": 1, "name": "id", "required": True, "type": "long"},
+            {"id": 2, "name": "ts", "required": False, "type": "timestamptz"},
+            {"id": 3, "name": "name", "required": False, "type": "string"},
+        ],
+    }
+)
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(
+    "name", ["V1Valid.json", "V2Valid.json", "V2ValidMinimal.json", "V3ValidMinimal.json"]
+)
+def test_metadata_check_prints_valid_metadata_normalized(
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    code, out, err = run(capsys, "metadata", "check", str(CONFORMANCE / name))
+    assert code == 0, err
+    original = json.loads((CONFORMANCE / name).read_text())
+    printed = json.loads(out)
+    assert printed["format-version"] == original["format-version"]
+    assert printed["table-uuid"] == original["table-uuid"]
+
+
+@pytest.mark.parametrize(
+    ("name", "named"),
+    [("UnsupportedVersion.json", "42"), ("V2MissingSchemas.json", "schemas")],
+)
+def test_metadata_check_refuses_invalid_metadata_naming_the_problem(
+    capsys: pytest.CaptureFixture[str], name: str, named: str
+) -> None:
+    code, out, err = run(capsys, "metadata", "check", str(CONFORMANCE / name))
+    assert code == 1 and out == ""
+    assert err.startswith("icefloe: error:") and named in err
+
+
+def test_metadata_check_names_a_missing_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    missing = tmp_path / "nope.metadata.json"
+    code, _, err = run(capsys, "metadata", "check", str(missing))
+    assert code == 1 and str(missing) in err
+
+
+def test_namespace_and_table_commands_against_a_catalog_uri(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri = f"file://{tmp_path}/wh"
+    monkeypatch.setenv("ICEFLOE_CATALOG", uri)
+    assert run(capsys, "namespace", "create", "db", "-p", "owner=ops")[0] == 0
+    code, out, _ = run(capsys, "namespace", "list")
+    assert code == 0 and out.split() == ["db"]
+    code, out, _ = run(capsys, "namespace", "show", "db")
+    assert json.loads(out) == {"owner": "ops"}
+
+    code, out, err = run(
+        capsys,
+        "table",
+        "create",
+        "db.events",
+        "--schema",
+        SCHEMA,
+        "--partition-by",
+        "day(ts)",
+        "--partition-by",
+        "bucket(16, id)",
+        "--catalog",
+        uri,
+    )
+    assert code == 0, err
+    metadata_location = out.strip()
+    assert metadata_location.endswith("v1.metadata.json")
+    code, out, _ = run(capsys, "table", "list", "db")
+    assert out.split() == ["db.events"]
+
+    async def append_two() -> None:
+        catalog = load_catalog(uri)
+        table = await catalog.load_table("db.events")
+        for n in range(2):
+            f = DataFile(f"{table.location}/data/f{n}.parquet", "parquet", (19000 + n, n), 10, 100)
+            table = await fast_append(table, [f]).commit()
+        await catalog.close()
+
+    asyncio.run(append_two())
+    code, out, _ = run(capsys, "table", "describe", "db.events")
+    described = json.loads(out)
+    assert code == 0 and described["snapshots"] == 2
+    assert [f["transform"] for f in described["partition-spec"]["fields"]] == ["day", "bucket[16]"]
+    code, out, _ = run(capsys, "table", "snapshots", "db.events")
+    snapshots = [json.loads(line) for line in out.splitlines()]
+    assert [s["summary"]["total-data-files"] for s in snapshots] == ["1", "2"]
+
+    # manifest show decodes both the manifest list and a manifest
+    code, out, err = run(capsys, "manifest", "show", snapshots[-1]["manifest-list"])
+    assert code == 0, err
+    manifests = [json.loads(line) for line in out.splitlines()]
+    assert len(manifests) == 2 and all(m["kind"] == "manifest-file" for m in manifests)
+    code, out, err = run(capsys, "manifest", "show", manifests[0]["manifest_path"])
+    assert code == 0, err
+    entries = [json.loads(line) for line in out.splitlines()]
+    assert entries[0]["kind"] == "manifest-entry" and entries[0]["status"] == "added"
+    assert entries[0]["data-file"]["partition"][0] in ("2022-01-08", "2022-01-09")
+
+    code, out, _ = run(capsys, "table", "expire", "db.events", "--older-than-ms", str(2**62))
+    assert code == 0 and len(json.loads(out)["expired-snapshot-ids"]) == 1
+
+    # bad input: a malformed property, an unknown table, a non-empty namespace
+    code, _, err = run(capsys, "namespace", "create", "other", "-p", "novalue")
+    assert code == 1 and "key=value" in err
+    code, _, err = run(capsys, "table", "describe", "db.missing")
+    assert code == 1 and "db.missing" in err
+    code, _, err = run(capsys, "namespace", "drop", "db")
+    assert code == 1 and "not empty" in err
+    assert run(capsys, "table", "drop", "db.events", "--purge")[0] == 0
+    assert run(capsys, "namespace", "drop", "db")[0] == 0
+
+
+def test_manifest_show_refuses_a_foreign_file(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    junk = tmp_path / "junk.avro"
+    junk.write_bytes(b"definitely not avro")
+    code, _, err = run(capsys, "manifest", "show", str(junk))
+    assert code == 1 and str(junk) in err
+
+
+def test_commands_without_a_catalog_say_how_to_name_one(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ICEFLOE_CATALOG", raising=False)
+    code, _, err = run(capsys, "namespace", "list")
+    assert code == 1 and "ICEFLOE_CATALOG" in err
+
+
+def test_version_flag_prints_the_installed_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"icefloe {version('icefloe')}"

@@ -1,0 +1,224 @@
+"""Maintenance the coordinator runs by itself, on real servers (tansu, redis).
+
+A stream of small commits goes through a running coordinator whose maintenance visits the
+table every few hundred milliseconds. Its policy (table properties) keeps few snapshots and
+few manifests; an orphan left by a "failed attempt" long ago is removed, while the files of
+commits still in flight are not. Throughout, every file the stream sent is live exactly once
+and every file the metadata references exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from icefloe.catalog import Table
+from icefloe.catalog_uri import load_catalog
+from icefloe.coordinator.config import CoordinatorConfig
+from icefloe.coordinator.maintenance import CANDIDATES_EVENT_TYPE
+from icefloe.coordinator.service import Coordinator
+from icefloe.datafile import DataFile
+from icefloe.events import FilesWritten, encode_event, event_key
+from icefloe.maintenance import reachable_files
+from icefloe.manifest_reader import ManifestReader
+from icefloe.partition import PartitionSpecBuilder
+from icefloe.schema import Schema
+from icefloe.table_health import table_health
+from icefloe.types import LongType, NestedField, StringType
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "cat", StringType()),
+)
+COMMITS = 40
+MAX_SNAPSHOTS = 5
+POLL_S = 0.2
+POLLS = 600  # two minutes at most, on a busy machine
+
+
+async def _eventually(check: Any, what: str, coordinator_task: asyncio.Task[None]) -> None:
+    for _ in range(POLLS):
+        if coordinator_task.done():
+            coordinator_task.result()
+            pytest.fail("the coordinator stopped on its own")
+        if await check():
+            return
+        await asyncio.sleep(POLL_S)
+    pytest.fail(f"gave up waiting for {what}")
+
+
+async def _live(table: Table) -> list[str]:
+    snapshot = table.metadata.current_snapshot()
+    if snapshot is None:
+        return []
+    reader = ManifestReader(table.io)
+    out: list[str] = []
+    for manifest in await reader.manifests(snapshot):
+        for e in await reader.entries(manifest, table.metadata.specs(), live_only=True):
+            out.append(e.data_file.file_path)
+    return out
+
+
+async def test_the_coordinator_keeps_a_streaming_table_healthy(
+    kafka_broker: str, redis_server: str, tmp_path: Path
+) -> None:
+    prefix = f"m{uuid.uuid4().hex[:8]}"
+    uri = f"{redis_server}?warehouse=file://{tmp_path}/wh&prefix={prefix}"
+    catalog = load_catalog(uri)
+    await catalog.create_namespace("db")
+    table = await catalog.create_table(
+        "db.t",
+        SCHEMA,
+        PartitionSpecBuilder(SCHEMA).add_field("cat", "identity").build(),
+        properties={
+            "icefloe.maintenance.max-snapshots": str(MAX_SNAPSHOTS),
+            # Expiry keeps every snapshot with commit ids inside the exactly-once dedup
+            # window (7 days by default); this table opts out so history can stay short.
+            "icefloe.dedup.window-ms": "0",
+            "icefloe.maintenance.rewrite-manifests.min-count": "4",
+            "icefloe.maintenance.orphan-older-than-ms": "3600000",
+            "icefloe.compaction.min-input-files": "2",
+        },
+    )
+    location = table.metadata.location.removeprefix("file://")
+    # left behind by a writer that died two hours ago
+    orphan = Path(location) / "data" / "cat=a" / "failed-attempt.parquet"
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"x" * 40)
+    two_hours_ago = time.time() - 7200
+    os.utime(orphan, (two_hours_ago, two_hours_ago))
+
+    config = CoordinatorConfig(
+        brokers=kafka_broker,
+        catalog=uri,
+        events_topic=f"{prefix}.events",
+        results_topic=f"{prefix}.results",
+        dead_letter_topic=f"{prefix}.dead-letter",
+        maintenance_topic=f"{prefix}.maintenance",
+        group_id=f"{prefix}-coordinator",
+        topic_partitions=2,
+        session_timeout_ms=2000,
+        http_port=0,
+        http_host="127.0.0.1",
+        batch_max_files=1,  # one snapshot per commit: the worst case for a table's history
+        batch_max_wait_ms=0,
+        offset_commit_interval_ms=100,
+        log_format="text",
+        maintenance_interval_ms=300,
+        maintenance_min_retain_ms=0,
+    )
+    coordinator = Coordinator(config)
+    task = asyncio.create_task(coordinator.run())
+
+    async def ready() -> bool:
+        return coordinator.ready
+
+    await _eventually(ready, "the consumer to join", task)
+    producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all", linger_ms=5)
+    await producer.start()
+    candidates = AIOKafkaConsumer(
+        bootstrap_servers=kafka_broker, group_id=None, auto_offset_reset="earliest"
+    )
+    await candidates.start()
+    sent: Counter[str] = Counter()
+    try:
+        md = table.metadata
+        for n in range(COMMITS):
+            path = f"{table.metadata.location}/data/cat=a/stream-{n:04d}.parquet"
+            Path(path.removeprefix("file://")).write_bytes(b"y" * (20 + n))
+            data_file = DataFile(path, "parquet", ("a",), 3, 20 + n)
+            event = FilesWritten.from_data_files(
+                "db.t",
+                f"stream:{n}",
+                "test",
+                f"stream:{n}/a",
+                md.schema(),
+                md.spec(),
+                [data_file],
+                complete=True,
+            )
+            await producer.send_and_wait(
+                config.events_topic, encode_event(event), event_key("db.t")
+            )
+            sent[path] += 1
+            await asyncio.sleep(0.05)  # a stream, not a burst: maintenance runs in between
+
+        async def settled() -> bool:
+            current = await catalog.load_table("db.t")
+            live = Counter(await _live(current))
+            return (
+                live == sent
+                and len(current.metadata.snapshots) <= MAX_SNAPSHOTS
+                and not orphan.exists()
+                # manifests are rewritten on maintenance's schedule, not at each commit
+                and (await table_health(current)).manifests < 4 + MAX_SNAPSHOTS
+            )
+
+        await _eventually(
+            settled, "every commit, bounded history and manifests, the orphan gone", task
+        )
+
+        current = await catalog.load_table("db.t")
+        assert Counter(await _live(current)) == sent  # nothing lost, nothing doubled
+        # nothing still referenced was deleted
+        for path in await reachable_files(current):
+            if not path.endswith("version-hint.text"):
+                assert Path(path.removeprefix("file://")).exists(), path
+        health = await table_health(current)
+        assert health.snapshots <= MAX_SNAPSHOTS
+        assert health.manifests < 4 + MAX_SNAPSHOTS  # rewritten as they pile up
+
+        # the health figures are on /metrics, and candidates were announced
+        async def metrics_show_the_table() -> bool:
+            async with (
+                aiohttp.ClientSession() as session,
+                session.get(coordinator.http.url + "/metrics") as response,
+            ):
+                text = await response.text()
+            return f'icefloe_table_data_files{{table="db.t"}} {COMMITS}.0' in text
+
+        await _eventually(metrics_show_the_table, "the table's gauges", task)
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(coordinator.http.url + "/metrics") as response,
+        ):
+            text = await response.text()
+        for series in (
+            'icefloe_table_snapshots{table="db.t"}',
+            'icefloe_table_small_file_ratio{table="db.t"} 1.0',
+            'icefloe_table_metadata_file_bytes{table="db.t"}',
+            'icefloe_table_compaction_candidate_files{table="db.t"}',
+            'icefloe_maintenance_actions_total{action="expire-snapshots"}',
+            "icefloe_maintenance_removed_orphans_total 1.0",
+        ):
+            assert series in text, series
+        await candidates.topics()
+        partitions = candidates.partitions_for_topic(config.maintenance_topic) or {0}
+        candidates.assign([TopicPartition(config.maintenance_topic, p) for p in partitions])
+        messages: list[dict[str, Any]] = []
+        for _ in range(20):
+            batch = await candidates.getmany(timeout_ms=500)
+            messages.extend(json.loads(r.value) for rs in batch.values() for r in rs)
+            if messages:
+                break
+        assert messages, f"no compaction candidates on {config.maintenance_topic}"
+        assert messages[0]["type"] == CANDIDATES_EVENT_TYPE
+        assert messages[0]["table"] == "db.t" and messages[0]["files"] >= 2
+    finally:
+        await candidates.stop()
+        await producer.stop()
+        coordinator.request_stop()
+        await task
+        await catalog.close()

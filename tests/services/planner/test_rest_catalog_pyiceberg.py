@@ -1,0 +1,355 @@
+"""PyIceberg's RestCatalog writing through icefloe: the real client against the real server.
+
+The planner runs on a real port (in a thread: PyIceberg's client is synchronous) over a
+file-system and a Redis catalog. PyIceberg creates namespaces and tables, appends,
+overwrites, deletes, evolves the schema and the partition spec, expires snapshots and runs a
+staged create transaction; after each step the rows PyIceberg reads back (planned by the
+server), the rows icefloe reads from the catalog itself, and the rows the test expects agree.
+Several PyIceberg clients then append to one table at once, and finally PyIceberg appends
+while the coordinator commits Kafka events to the same table: nothing is lost and the
+history is one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from rest_catalog_server import (
+    READ,
+    Server,
+    icefloe_rows,
+    rest_catalog,
+    server_fixture,  # noqa: F401  (the planner: one per module, file-system and Redis catalogs)
+)
+
+from icefloe.catalog import Catalog
+from icefloe.catalog_uri import load_catalog
+from icefloe.manifest_reader import ManifestReader
+from icefloe.parquet import write_files
+
+pytestmark = pytest.mark.interop
+
+ARROW = pa.schema([pa.field("id", pa.int64(), nullable=False), pa.field("cat", pa.string())])
+
+
+def rows(table: pa.Table) -> list[dict[str, Any]]:
+    return sorted(table.select(ARROW.names).to_pylist(), key=lambda r: r["id"])
+
+
+def batch(ids: range, cat: str | None = None) -> pa.Table:
+    return pa.table({"id": list(ids), "cat": [cat or "abc"[i % 3] for i in ids]}, schema=ARROW)
+
+
+def assert_rows(server: Server, table: Any, name: str, expected: list[dict[str, Any]]) -> None:
+    table = table.refresh()
+    assert rows(table.scan().to_arrow()) == expected
+    assert server.run(icefloe_rows(server.catalog, name)) == expected
+    loaded = server.run(server.catalog.load_table(name))
+    assert loaded.metadata_location == table.metadata_location
+
+
+def assert_linear(metadata: Any) -> None:
+    """Every snapshot is an ancestor of main, each the parent of the next (expired
+    ancestors end the chain)."""
+    snapshots = {s.snapshot_id: s for s in metadata.snapshots}
+    chain = []
+    current = metadata.current_snapshot_id
+    while current is not None and current in snapshots:
+        chain.append(current)
+        current = snapshots[current].parent_snapshot_id
+    assert set(chain) == set(snapshots)
+    sequence = [snapshots[s].sequence_number for s in reversed(chain)]
+    assert sequence == sorted(set(sequence))
+
+
+def test_pyiceberg_creates_writes_evolves_and_expires(server: Server) -> None:
+    from pyiceberg.exceptions import ForbiddenError, NamespaceNotEmptyError
+    from pyiceberg.expressions import EqualTo, LessThan
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+    rest = rest_catalog(server)
+    rest.create_namespace("life", {"owner": "ann", "tier": "gold"})
+    summary = rest.update_namespace_properties("life", removals={"tier"}, updates={"k": "v"})
+    assert summary.removed == ["tier"] and summary.updated == ["k"]
+    assert rest.load_namespace_properties("life") == {"owner": "ann", "k": "v"}
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "cat", StringType())
+    )
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "cat"))
+    table = rest.create_table("life.t", schema, partition_spec=spec)
+    name = "life.t"
+    assert rest.list_tables("life") == [("life", "t")]
+
+    table.append(batch(range(0, 60)))
+    table.append(batch(range(60, 90)))
+    expected = rows(pa.concat_tables([batch(range(0, 60)), batch(range(60, 90))]))
+    assert_rows(server, table, name, expected)
+
+    table.overwrite(batch(range(100, 110), "a"), overwrite_filter=EqualTo("cat", "a"))
+    expected = [r for r in expected if r["cat"] != "a"] + rows(batch(range(100, 110), "a"))
+    expected.sort(key=lambda r: r["id"])
+    assert_rows(server, table, name, expected)
+
+    table.delete(LessThan("id", 20))
+    expected = [r for r in expected if r["id"] >= 20]
+    assert_rows(server, table, name, expected)
+
+    with table.update_schema() as update:
+        update.add_column("score", DoubleType())
+    with table.update_spec() as update:
+        # Identity: PyIceberg writes bucket partitions only with the optional pyiceberg-core.
+        update.add_identity("id")
+    table = table.refresh()
+    assert [f.name for f in table.schema().fields] == ["id", "cat", "score"]
+    assert len(table.metadata.partition_specs) == 2
+    scored = pa.table(
+        {"id": [200, 201], "cat": ["b", "c"], "score": [1.5, None]},
+        schema=pa.schema([*ARROW, pa.field("score", pa.float64())]),
+    )
+    table.append(scored)
+    expected = sorted(expected + rows(scored), key=lambda r: r["id"])
+    assert_rows(server, table, name, expected)
+    icefloe_table = server.run(server.catalog.load_table(name))
+    assert icefloe_table.metadata.current_schema_id == table.schema().schema_id
+    assert icefloe_table.metadata.default_spec_id == table.spec().spec_id
+
+    # Expire every snapshot but the current one: the rows stay, the history shrinks.
+    table = table.refresh()
+    assert_linear(table.metadata)
+    old = [
+        s.snapshot_id
+        for s in table.snapshots()
+        if s.snapshot_id != table.current_snapshot().snapshot_id
+    ]  # type: ignore[union-attr]
+    assert len(old) >= 4
+    table.maintenance.expire_snapshots().by_ids(old).commit()
+    table = table.refresh()
+    assert [s.snapshot_id for s in table.snapshots()] == [table.current_snapshot().snapshot_id]  # type: ignore[union-attr]
+    assert_rows(server, table, name, expected)
+    assert_linear(table.metadata)
+
+    # A read token reads but cannot write.
+    reader = rest_catalog(server, token=READ)
+    assert rows(reader.load_table(name).scan().to_arrow()) == expected
+    with pytest.raises(ForbiddenError):
+        reader.load_table(name).append(batch(range(500, 501)))
+    with pytest.raises(ForbiddenError):
+        reader.create_namespace("nope")
+
+    with pytest.raises(NamespaceNotEmptyError):
+        rest.drop_namespace("life")
+    rest.purge_table(name)
+    assert not rest.table_exists(name)
+    rest.drop_namespace("life")
+    assert ("life",) not in rest.list_namespaces()
+
+
+def test_staged_create_transaction(server: Server) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    rest = rest_catalog(server)
+    rest.create_namespace("staged")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "cat", StringType())
+    )
+    tx = rest.create_table_transaction("staged.t", schema, properties={"made-by": "tx"})
+    tx.append(batch(range(0, 25)))
+    assert not rest.table_exists("staged.t")
+    assert tx.commit_transaction().properties["made-by"] == "tx"
+    table = rest.load_table("staged.t")
+    assert_rows(server, table, "staged.t", rows(batch(range(0, 25))))
+    if server.service.catalog.supports_rename:
+        rest.rename_table("staged.t", "staged.moved")
+        moved = rest.load_table("staged.moved")
+        assert_rows(server, moved, "staged.moved", rows(batch(range(0, 25))))
+        rest.drop_table("staged.moved")
+    else:
+        # Not advertised in /v1/config, so the client refuses before asking (the server
+        # would answer 406).
+        with pytest.raises(NotImplementedError):
+            rest.rename_table("staged.t", "staged.moved")
+        rest.drop_table("staged.t")
+
+
+def _append_with_retries(server: Server, name: str, ids: range) -> int:
+    """A client's append, reloaded and retried on 409 as a writer would; returns conflicts."""
+    from pyiceberg.exceptions import CommitFailedException
+
+    rest = rest_catalog(server)
+    conflicts = 0
+    while True:
+        table = rest.load_table(name)
+        try:
+            table.append(batch(ids))
+            return conflicts
+        except CommitFailedException:
+            conflicts += 1
+
+
+def test_concurrent_pyiceberg_appends_are_linear_and_nothing_is_lost(server: Server) -> None:
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    rest = rest_catalog(server)
+    rest.create_namespace("race")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "cat", StringType())
+    )
+    table = rest.create_table("race.t", schema)
+    clients, per_client = 4, 3
+    ranges = [
+        range(c * 1000 + k * 10, c * 1000 + k * 10 + 10)
+        for c in range(clients)
+        for k in range(per_client)
+    ]
+    with ThreadPoolExecutor(clients) as pool:
+        sum(pool.map(lambda r: _append_with_retries(server, "race.t", r), ranges))
+    table = table.refresh()
+    expected = sorted((r for ids in ranges for r in rows(batch(ids))), key=lambda r: r["id"])
+    assert_rows(server, table, "race.t", expected)
+    assert len(table.snapshots()) == len(ranges)
+    assert_linear(table.metadata)
+
+
+def test_appends_through_rest_while_the_coordinator_commits(
+    server: Server, kafka_broker: str
+) -> None:
+    """PyIceberg appends through icefloe while the coordinator commits Kafka events to the same
+    table: every file of both lands exactly once, along one line of snapshots."""
+    from aiokafka import AIOKafkaProducer
+
+    from icefloe.coordinator.config import CoordinatorConfig
+    from icefloe.coordinator.service import Coordinator
+    from icefloe.events import (
+        CommitOperation,
+        CommitRequested,
+        FilesWritten,
+        encode_event,
+        event_key,
+    )
+
+    uri = server.catalog_uri
+    prefix = f"rc{uuid.uuid4().hex[:8]}"
+    rest = rest_catalog(server)
+    rest.create_namespace("mixed")
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "cat", StringType())
+    )
+    table = rest.create_table("mixed.t", schema)
+    name = "mixed.t"
+    coordinator_files: list[str] = []
+
+    async def coordinate() -> None:
+        config = CoordinatorConfig(
+            brokers=kafka_broker,
+            catalog=uri,
+            events_topic=f"{prefix}.events",
+            results_topic=f"{prefix}.results",
+            dead_letter_topic=f"{prefix}.dead-letter",
+            group_id=f"{prefix}-coordinator",
+            topic_partitions=1,
+            session_timeout_ms=2000,
+            http_port=0,
+            http_host="127.0.0.1",
+            batch_max_wait_ms=20,
+            offset_commit_interval_ms=100,
+            log_format="text",
+        )
+        coordinator = Coordinator(config)
+        task = asyncio.create_task(coordinator.run())
+        while not coordinator.ready:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.05)
+        catalog = load_catalog(uri)
+        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all")
+        await producer.start()
+        try:
+            icefloe_table = await catalog.load_table(name)
+            md = icefloe_table.metadata
+            for n in range(12):
+                data = batch(range(10_000 + n * 5, 10_000 + n * 5 + 5))
+                # A writer job's Parquet file, with field ids as Iceberg writers write them.
+                files = await write_files(
+                    icefloe_table.io,
+                    data,
+                    icefloe_table.location,
+                    schema=md.schema(),
+                    spec=md.spec(),
+                )
+                event = FilesWritten.from_data_files(
+                    name, f"c{n}", "writer", f"c{n}/a", md.schema(), md.spec(), files
+                )
+                await producer.send(f"{prefix}.events", encode_event(event), key=event_key(name))
+                request = CommitRequested(
+                    table=name,
+                    commit_id=f"c{n}",
+                    operation=CommitOperation.APPEND,
+                    attempt_ids=(f"c{n}/a",),
+                )
+                await producer.send(f"{prefix}.events", encode_event(request), key=event_key(name))
+                coordinator_files.extend(f.file_path for f in files)
+                await asyncio.sleep(0.05)
+            await producer.flush()
+            # Wait until every coordinator file is live (bounded by the coordinator itself).
+            while True:
+                live = await live_files(catalog, name)
+                if set(coordinator_files) <= set(live):
+                    break
+                if task.done():
+                    task.result()
+                await asyncio.sleep(0.1)
+        finally:
+            await producer.stop()
+            coordinator.request_stop()
+            await task
+            await catalog.close()
+
+    with ThreadPoolExecutor(3) as pool:
+        background = pool.submit(asyncio.run, coordinate())
+        ranges = [range(k * 10, k * 10 + 10) for k in range(8)]
+        sum(pool.map(lambda r: _append_with_retries(server, name, r), ranges))
+        background.result()
+    # The coordinator's last commits reach the planner within its refresh interval (its
+    # promise for commits it did not make); REST commits it made, it serves at once.
+    current = server.run(server.catalog.load_table(name)).metadata_location
+    while table.refresh().metadata_location != current:
+        time.sleep(0.05)
+    table = table.refresh()
+    live = server.run(live_files(server.catalog, name))
+    assert all(n == 1 for n in Counter(live).values()), "a file is live twice"
+    assert set(coordinator_files) <= set(live)
+    expected = sorted(
+        [r for ids in ranges for r in rows(batch(ids))]
+        + [r for n in range(12) for r in rows(batch(range(10_000 + n * 5, 10_000 + n * 5 + 5)))],
+        key=lambda r: r["id"],
+    )
+    assert_rows(server, table, name, expected)
+    assert_linear(table.metadata)
+
+
+async def live_files(catalog: Catalog, name: str) -> list[str]:
+    table = await catalog.load_table(name)
+    head = table.metadata.current_snapshot()
+    if head is None:
+        return []
+    reader = ManifestReader(table.io)
+    out = []
+    for manifest in await reader.manifests(head):
+        for entry in await reader.entries(manifest, table.metadata.specs(), live_only=True):
+            out.append(entry.data_file.file_path)
+    return out
