@@ -94,7 +94,7 @@ import binascii
 import json
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, ClassVar, Literal, Self
@@ -115,15 +115,15 @@ from pydantic import (
     model_serializer,
     model_validator,
 )
-from pydantic_core import ErrorDetails, PydanticSerializationError
+from pydantic_core import PydanticSerializationError
 
 from icefloe.catalog import TableIdentifier
 from icefloe.content_file import content_file_from_json, content_file_to_json
 from icefloe.datafile import DataFile, DataFileContent
-from icefloe.errors import IcefloeError, UnsupportedFormatVersion, ValidationError
+from icefloe.errors import UnsupportedFormatVersion, ValidationError
 from icefloe.expression_json import parse_expression
 from icefloe.expressions import BooleanExpression
-from icefloe.model import describe_loc, hyphenate
+from icefloe.model import describe_loc, describe_problems, hyphenate
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 
@@ -216,20 +216,8 @@ ContentFileJson = dict[StrictStr, Any]
 # -- errors ------------------------------------------------------------------------------
 
 
-def _problem(error: ErrorDetails) -> tuple[str, IcefloeError | None]:
-    where = describe_loc(error.get("loc", ()))
-    if error.get("type") == "missing":
-        return f"missing required field {where!r}", None
-    cause = (error.get("ctx") or {}).get("error")
-    if isinstance(cause, IcefloeError):
-        message = str(cause)
-    else:
-        cause = None
-        message = str(error.get("msg", "invalid value"))
-        message = message[:1].lower() + message[1:]
-        if "input" in error:
-            message += f" (got {error['input']!r:.60})"
-    return (f"field {where!r}: {message}" if where else message), cause
+def _field(loc: Sequence[int | str]) -> str:
+    return f"field {describe_loc(loc)!r}"
 
 
 def _what(event_type: Any, event_id: Any) -> str:
@@ -245,12 +233,11 @@ def _translate(err: pydantic.ValidationError, what: str) -> ValidationError:
     An unsupported version stays UnsupportedFormatVersion, so callers can tell "upgrade
     needed" from a malformed event.
     """
-    problems = [_problem(e) for e in err.errors()]
-    text = "; ".join(p for p, _ in problems[:_MAX_PROBLEMS])
-    if len(problems) > _MAX_PROBLEMS:
-        text += f"; and {len(problems) - _MAX_PROBLEMS} more problem(s)"
-    message = f"invalid {what}: {text}"
-    if any(isinstance(cause, UnsupportedFormatVersion) for _, cause in problems):
+    message = f"invalid {what}: {describe_problems(err, _field, limit=_MAX_PROBLEMS)}"
+    if any(
+        isinstance((e.get("ctx") or {}).get("error"), UnsupportedFormatVersion)
+        for e in err.errors()
+    ):
         return UnsupportedFormatVersion(message)
     return ValidationError(message)
 

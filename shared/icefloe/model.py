@@ -9,11 +9,12 @@ error turned into one icefloe error that names the field (:func:`pydantic_error_
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic_core import ErrorDetails
 
 from icefloe.errors import IcefloeError, ValidationError
 
@@ -59,32 +60,71 @@ def describe_loc(loc: Sequence[int | str]) -> str:
     return out
 
 
+def describe_problem(
+    error: ErrorDetails,
+    name_of: Callable[[Sequence[int | str]], str] | None = None,
+    *,
+    inputs: bool = True,
+) -> str:
+    """One pydantic problem as a phrase that names the field and says what was wrong.
+
+    By default a field is named by its JSON path (``snapshots[1].summary: ...``, ``missing
+    required field 'timestamp-ms' in snapshots[1]``); ``name_of`` names it the way the user
+    wrote it instead (``field 'table'``, ``setting ICEFLOE_CATALOG``). ``inputs=False``
+    leaves the offending value out of the message (settings may hold secrets).
+    """
+    loc = tuple(error.get("loc", ()))
+    if error.get("type") == "missing":
+        if name_of is not None:
+            return f"missing required {name_of(loc)}"
+        field = str(loc[-1]) if loc else "?"
+        parent = describe_loc(loc[:-1])
+        return f"missing required field {field!r}" + (f" in {parent}" if parent else "")
+    cause = (error.get("ctx") or {}).get("error")
+    if isinstance(cause, IcefloeError):
+        msg = str(cause)
+    else:
+        msg = str(error.get("msg", "invalid value"))
+        msg = msg[:1].lower() + msg[1:]
+        if inputs and "input" in error and error.get("type") != "value_error":
+            msg += f" (got {error['input']!r:.80})"
+    where = (name_of or describe_loc)(loc) if loc else ""
+    return f"{where}: {msg}" if where else msg
+
+
+def describe_problems(
+    err: pydantic.ValidationError,
+    name_of: Callable[[Sequence[int | str]], str] | None = None,
+    *,
+    inputs: bool = True,
+    limit: int = 10,
+) -> str:
+    """Each of pydantic's problems (:func:`describe_problem`), the first ``limit`` of them."""
+    problems = [describe_problem(e, name_of, inputs=inputs) for e in err.errors()]
+    text = "; ".join(problems[:limit])
+    if len(problems) > limit:
+        text += f"; and {len(problems) - limit} more problem(s)"
+    return text
+
+
+def icefloe_cause(err: pydantic.ValidationError) -> IcefloeError | None:
+    """The first icefloe error raised inside a validator, if any."""
+    for e in err.errors():
+        cause = (e.get("ctx") or {}).get("error")
+        if isinstance(cause, IcefloeError):
+            return cause
+    return None
+
+
 def pydantic_error_to_icefloe(err: pydantic.ValidationError, what: str) -> IcefloeError:
     """Turn pydantic's error list into one typed icefloe error naming the field.
 
     An icefloe error raised inside a validator keeps its class (UnsupportedFormatVersion
     stays UnsupportedFormatVersion) so callers can still tell the cases apart.
     """
-    problems: list[str] = []
-    original: IcefloeError | None = None
-    for e in err.errors():
-        loc = describe_loc(e.get("loc", ()))
-        cause = (e.get("ctx") or {}).get("error")
-        if isinstance(cause, IcefloeError):
-            original = original or cause
-            msg = str(cause)
-        elif e.get("type") == "missing":
-            field = str(e["loc"][-1]) if e.get("loc") else "?"
-            parent = describe_loc(e["loc"][:-1])
-            msg = f"missing required field {field!r}" + (f" in {parent}" if parent else "")
-            loc = ""
-        else:
-            msg = str(e.get("msg", "invalid value"))
-            if "input" in e and e.get("type") != "value_error":
-                msg += f" (got {e['input']!r:.80})"
-        problems.append(f"{loc}: {msg}" if loc else msg)
-    text = f"{what}: " + "; ".join(problems)
-    if original is not None and len(problems) == 1 and isinstance(original, ValidationError):
+    text = f"{what}: " + describe_problems(err)
+    original = icefloe_cause(err)
+    if original is not None and err.error_count() == 1 and isinstance(original, ValidationError):
         return type(original)(text)
     return ValidationError(text)
 
@@ -109,7 +149,10 @@ def model_from_json(cls: type[M], obj: Any, what: str) -> M:
 __all__ = [
     "IcebergModel",
     "describe_loc",
+    "describe_problem",
+    "describe_problems",
     "hyphenate",
+    "icefloe_cause",
     "model_from_json",
     "pydantic_error_to_icefloe",
     "union_from_json",

@@ -68,6 +68,7 @@ from icefloe.expression_json import parse_expression
 from icefloe.manifest_cache import ManifestCache
 from icefloe.manifest_store import ManifestStore
 from icefloe.metadata import TableMetadata
+from icefloe.model import describe_problems
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError, error_response
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
@@ -133,14 +134,6 @@ class FetchTasksRequest(BaseModel):
     model_config = ConfigDict(extra="ignore", populate_by_name=True, frozen=True)
 
     plan_task: StrictStr = Field(..., alias="plan-task")
-
-
-def _problems(err: pydantic.ValidationError) -> str:
-    parts = []
-    for e in err.errors()[:5]:
-        where = ".".join(str(p) for p in e.get("loc", ())) or "body"
-        parts.append(f"{where}: {e.get('msg', 'invalid')}")
-    return "; ".join(parts)
 
 
 async def _json_body(request: web.Request, *, required: bool) -> dict[str, Any]:
@@ -964,7 +957,9 @@ class PlannerService:
         try:
             req = FetchTasksRequest.model_validate(body)
         except pydantic.ValidationError as e:
-            raise _bad_request(f"invalid fetch-tasks request: {_problems(e)}") from None
+            raise _bad_request(
+                f"invalid fetch-tasks request: {describe_problems(e, limit=5)}"
+            ) from None
         what = "the plan task"
         try:
             plan_id, page = parse_plan_task(req.plan_task)
@@ -1007,7 +1002,7 @@ def _parse_plan_request(raw: bytes) -> tuple[PlanRequest, Any]:
     try:
         req = PlanRequest.model_validate(body)
     except pydantic.ValidationError as e:
-        raise _bad_request(f"invalid plan request: {_problems(e)}") from None
+        raise _bad_request(f"invalid plan request: {describe_problems(e, limit=5)}") from None
     if req.snapshot_id is not None and (
         req.start_snapshot_id is not None or req.end_snapshot_id is not None
     ):

@@ -56,6 +56,7 @@ from icefloe.maintenance import purge_table_files
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import new_table_metadata
 from icefloe.metadata_updates import SetLocationUpdate, SetPropertiesUpdate
+from icefloe.model import describe_problems
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.planner.auth import (
     OAUTH_PATH,
@@ -161,14 +162,6 @@ class CommitTransactionRequest(_Body):
     table_changes: list[CommitTableRequest] = Field(..., alias="table-changes", min_length=1)
 
 
-def _problems(err: pydantic.ValidationError) -> str:
-    parts = []
-    for e in err.errors()[:5]:
-        where = ".".join(str(p) for p in e.get("loc", ())) or "body"
-        parts.append(f"{where}: {e.get('msg', 'invalid')}")
-    return "; ".join(parts)
-
-
 async def _body(request: web.Request, model: type[M]) -> M:
     raw = await request.read()
     if not raw.strip():
@@ -176,7 +169,7 @@ async def _body(request: web.Request, model: type[M]) -> M:
     try:
         return model.model_validate_json(raw)
     except pydantic.ValidationError as e:
-        raise _bad_request(f"invalid {model.__name__}: {_problems(e)}") from None
+        raise _bad_request(f"invalid {model.__name__}: {describe_problems(e, limit=5)}") from None
     except (ValidationError, ValueError) as e:
         raise _bad_request(f"invalid {model.__name__}: {e}") from None
 

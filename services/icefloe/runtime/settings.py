@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import pydantic
 from pydantic_settings import BaseSettings
 
+from icefloe import model
 from icefloe.errors import ValidationError
 
 SECRETS_DIR_ENV = "ICEFLOE_SECRETS_DIR"
@@ -110,13 +111,13 @@ def describe_problems(error: pydantic.ValidationError, name_of: Callable[[str], 
     """Each validation problem, led by the setting's name as the user writes it.
 
     ``name_of`` maps a field name to that spelling (an environment variable, a Spark key).
+    The values given are left out: a setting may be a secret.
     """
-    problems = []
-    for err in error.errors():
-        loc = ".".join(str(p) for p in err.get("loc", ()))
-        where = name_of(loc) if loc else "settings"
-        problems.append(f"{where}: {err.get('msg', 'invalid value')}")
-    return "; ".join(problems)
+
+    def setting(loc: Sequence[int | str]) -> str:
+        return f"setting {name_of('.'.join(str(p) for p in loc))}" if loc else "settings"
+
+    return model.describe_problems(error, setting, inputs=False)
 
 
 __all__ = [

@@ -73,3 +73,15 @@ def test_a_missing_secrets_directory_is_named(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("ICEFLOE_PLANNER_CATALOG", "file:///tmp/wh")
     with pytest.raises(ValidationError, match="ICEFLOE_SECRETS_DIR='/nonexistent/secrets'"):
         PlannerConfig.load()
+
+
+def test_bad_settings_are_named_by_their_variable_and_say_what_is_wrong(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("ICEFLOE_CATALOG", raising=False)
+    with pytest.raises(ValidationError) as info:
+        CoordinatorConfig.load({"batch_max_files": 0, "brokers": "b:1"})
+    message = str(info.value)
+    assert "setting ICEFLOE_BATCH_MAX_FILES: input should be greater than or equal to 1" in message
+    assert "missing required setting ICEFLOE_CATALOG" in message
+    assert "(got" not in message  # values are left out: a setting may be a secret
