@@ -45,14 +45,17 @@ builds on removes what another committer already did. An unknown swap outcome is
 reloading and looking for this attempt's snapshot id and then for the commit ids, never by a
 blind retry.
 
-Crash points
-------------
-``ICEFLOE_CRASH_AT`` (``after-manifests``, ``after-metadata`` or ``after-swap``) with
-optional ``ICEFLOE_CRASH_AFTER=N`` (pass the point N times, die the next) makes the process
-exit at once with status 137, as ``kill -9`` would, so tests can prove the protocol. Off by
-default. ``after-metadata`` is seen by wrapping the catalog's FileIO
-(:func:`install_crash_points`); on file-system tables writing the metadata file *is* the
-swap, so that point only means something for metastore catalogs (Redis, DynamoDB).
+Commit stages
+-------------
+A commit passes three stages: ``after-manifests`` (manifests and manifest list written),
+``after-metadata`` (the new metadata file written, the pointer not yet swapped) and
+``after-swap``. The committer tells a :class:`CommitHooks` observer of each; the default one
+does nothing. Tests install one that ends the process at a stage (see
+``tests/services/coordinator/crashing_coordinator.py``) to prove the protocol; nothing in
+the shipped service does. ``after-metadata`` is seen by wrapping the catalog's FileIO
+(:func:`install_commit_hooks`), only for observers that ask for it; on file-system tables
+writing the metadata file *is* the swap, so that stage only means something for metastore
+catalogs (Redis, DynamoDB).
 """
 
 from __future__ import annotations
@@ -61,8 +64,6 @@ import asyncio
 import contextvars
 import json
 import logging
-import os
-import sys
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,8 +111,7 @@ DEFAULT_HISTORY_LIMIT = 10_000
 _INCREMENTAL_LIMIT = 1000
 """Beyond this many new snapshots the live-file set is rebuilt rather than patched."""
 
-CRASH_POINTS = ("after-manifests", "after-metadata", "after-swap")
-CRASH_EXIT_STATUS = 137
+COMMIT_STAGES = ("after-manifests", "after-metadata", "after-swap")
 
 
 def source_key(topic: str, partition: int) -> str:
@@ -119,60 +119,30 @@ def source_key(topic: str, partition: int) -> str:
     return f"{topic}/{partition}"
 
 
-# -- crash points ------------------------------------------------------------------------
+# -- commit stages -----------------------------------------------------------------------
 
 
-class CrashPoints:
-    """Test-only process death at named points of a commit (see the module docstring)."""
+class CommitHooks:
+    """An observer of a commit's stages (see the module docstring); this one does nothing.
 
-    def __init__(self, at: str | None = None, after: int = 0) -> None:
-        if at is not None and at not in CRASH_POINTS:
-            raise ValidationError(
-                f"ICEFLOE_CRASH_AT={at!r} is not a crash point; use one of {list(CRASH_POINTS)}"
-            )
-        if after < 0:
-            raise ValidationError(f"ICEFLOE_CRASH_AFTER={after} must not be negative")
-        self.at = at
-        self.after = after
-        self.passed = 0
+    ``stages`` names the stages an observer wants to hear about: ``after-metadata`` costs a
+    FileIO wrapper (:func:`install_commit_hooks`), so it is only installed when asked for.
+    """
 
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> CrashPoints:
-        env = os.environ if environ is None else environ
-        at = env.get("ICEFLOE_CRASH_AT") or None
-        raw = env.get("ICEFLOE_CRASH_AFTER", "0") or "0"
-        try:
-            after = int(raw)
-        except ValueError:
-            raise ValidationError(f"ICEFLOE_CRASH_AFTER={raw!r} is not an integer") from None
-        return cls(at, after)
+    stages: frozenset[str] = frozenset()
 
-    @property
-    def armed(self) -> bool:
-        return self.at is not None
-
-    def reach(self, point: str) -> None:
-        if point != self.at:
-            return
-        if self.passed < self.after:
-            self.passed += 1
-            return
-        log.critical("crash point %s reached: exiting with status %d", point, CRASH_EXIT_STATUS)
-        for handler in logging.getLogger().handlers:
-            handler.flush()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(CRASH_EXIT_STATUS)
+    def on_stage(self, stage: str) -> None:
+        """Called when a commit reaches ``stage``, one of :data:`COMMIT_STAGES`."""
 
 
-_COMMITTING: contextvars.ContextVar[CrashPoints | None] = contextvars.ContextVar(
+_COMMITTING: contextvars.ContextVar[CommitHooks | None] = contextvars.ContextVar(
     "icefloe_committing", default=None
 )
 
 
-class CrashPointFileIO(FileIO):
-    """Delegates to ``inner``; inside a commit, reaches ``after-metadata`` once a metadata
-    file has been written (before the catalog swaps its pointer to it)."""
+class StageFileIO(FileIO):
+    """Delegates to ``inner``; inside a commit, tells its hooks ``after-metadata`` once a
+    metadata file has been written (before the catalog swaps its pointer to it)."""
 
     def __init__(self, inner: FileIO) -> None:
         self.inner = inner
@@ -188,9 +158,9 @@ class CrashPointFileIO(FileIO):
 
     async def write_once(self, path: str, data: bytes) -> None:
         await self.inner.write_once(path, data)
-        crash = _COMMITTING.get()
-        if crash is not None and path.endswith(".metadata.json"):
-            crash.reach("after-metadata")
+        hooks = _COMMITTING.get()
+        if hooks is not None and path.endswith(".metadata.json"):
+            hooks.on_stage("after-metadata")
 
     async def delete(self, path: str) -> None:
         await self.inner.delete(path)
@@ -209,10 +179,10 @@ class CrashPointFileIO(FileIO):
         await self.inner.close()
 
 
-def install_crash_points(catalog: Catalog, crash: CrashPoints) -> None:
-    """Wrap the catalog's FileIO so ``after-metadata`` can be reached (no-op unless armed)."""
-    if crash.at == "after-metadata" and not isinstance(catalog.io, CrashPointFileIO):
-        catalog.io = CrashPointFileIO(catalog.io)
+def install_commit_hooks(catalog: Catalog, hooks: CommitHooks) -> None:
+    """Wrap the catalog's FileIO when ``hooks`` wants to hear ``after-metadata``."""
+    if "after-metadata" in hooks.stages and not isinstance(catalog.io, StageFileIO):
+        catalog.io = StageFileIO(catalog.io)
 
 
 # -- summaries and history ---------------------------------------------------------------
@@ -549,7 +519,7 @@ class TableCommitter:
         *,
         check_files: bool = True,
         file_check_concurrency: int = 32,
-        crash: CrashPoints | None = None,
+        hooks: CommitHooks | None = None,
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         reader: ManifestReader | None = None,
         retry_policy: RetryPolicy | None = None,
@@ -559,7 +529,7 @@ class TableCommitter:
         self.source = source
         self.check_files = check_files
         self.file_check_concurrency = file_check_concurrency
-        self.crash = crash or CrashPoints()
+        self.hooks = hooks or CommitHooks()
         self.history_limit = history_limit
         self.reader = reader or ManifestReader(catalog.io)
         self.retry_policy = retry_policy
@@ -788,7 +758,7 @@ class TableCommitter:
         # (storage, catalog, a conflict storm) is retried below, forever, on a fresh base.
         transient = self._transient_retry().start()
         while remaining:
-            token = _COMMITTING.set(self.crash)
+            token = _COMMITTING.set(self.hooks)
             producer: _UnitsProducer | None = None
             try:
                 table = await self.current()
@@ -837,7 +807,7 @@ class TableCommitter:
                 _COMMITTING.reset(token)
                 if producer is not None:
                     _add_stats(outcome.stats, producer.stats)
-            self.crash.reach("after-swap")
+            self.hooks.on_stage("after-swap")
             self.table = committed
             outcome.table = committed
             snapshot = committed.metadata.snapshot_by_id(producer.snapshot_id)
@@ -1125,5 +1095,5 @@ class _UnitsProducer(SnapshotProducer):
             ),
         }
         metadata = await super().build(table)
-        self.committer.crash.reach("after-manifests")
+        self.committer.hooks.on_stage("after-manifests")
         return metadata

@@ -95,10 +95,10 @@ from icefloe.coordinator.batcher import (
     Unit,
 )
 from icefloe.coordinator.committer import (
+    CommitHooks,
     CommitOutcome,
-    CrashPoints,
     TableCommitter,
-    install_crash_points,
+    install_commit_hooks,
     source_key,
 )
 from icefloe.coordinator.config import CoordinatorConfig, add_arguments, overrides_from_args
@@ -318,7 +318,7 @@ class TableWorker:
             partition.source,
             check_files=coordinator.config.check_files,
             file_check_concurrency=coordinator.config.file_check_concurrency,
-            crash=coordinator.crash,
+            hooks=coordinator.hooks,
             reader=coordinator.reader,
         )
         self.inbox: deque[tuple[_Record, FilesWritten | CommitRequested]] = deque()
@@ -1013,13 +1013,13 @@ class Coordinator:
         config: CoordinatorConfig,
         *,
         catalog: Catalog | None = None,
-        crash: CrashPoints | None = None,
+        hooks: CommitHooks | None = None,
     ) -> None:
         self.config = config
-        self.crash = crash if crash is not None else CrashPoints.from_env()
+        self.hooks = hooks if hooks is not None else CommitHooks()
         self.catalog = catalog if catalog is not None else load_catalog(config.catalog)
         self._owns_catalog = catalog is None
-        install_crash_points(self.catalog, self.crash)
+        install_commit_hooks(self.catalog, self.hooks)
         store = (
             ManifestStore(config.planner_cache_dir, config.planner_cache_disk_max_bytes)
             if config.planner_cache_dir
@@ -1500,10 +1500,13 @@ class Coordinator:
 
 
 async def run_coordinator(
-    config: CoordinatorConfig, *, install_signal_handlers: bool = True
+    config: CoordinatorConfig,
+    *,
+    install_signal_handlers: bool = True,
+    hooks: CommitHooks | None = None,
 ) -> int:
     """Run the service until SIGTERM/SIGINT; 0 after a clean stop."""
-    coordinator = Coordinator(config)
+    coordinator = Coordinator(config, hooks=hooks)
     loop = asyncio.get_running_loop()
     if install_signal_handlers:
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -1517,22 +1520,26 @@ async def run_coordinator(
     return 0
 
 
-async def run_from_args(args: argparse.Namespace) -> int:
+async def run_from_args(args: argparse.Namespace, hooks: CommitHooks | None = None) -> int:
     """The ``icefloe coordinator`` subcommand: environment settings, flags on top."""
     config = CoordinatorConfig.load(overrides_from_args(args))
     configure_logging(config)
-    return await run_coordinator(config)
+    return await run_coordinator(config, hooks=hooks)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m icefloe.coordinator [flags]``: the same as ``icefloe coordinator``."""
+def main(argv: Sequence[str] | None = None, *, hooks: CommitHooks | None = None) -> int:
+    """``python -m icefloe.coordinator [flags]``: the same as ``icefloe coordinator``.
+
+    ``hooks`` observes every commit's stages (tests pass one that ends the process at a
+    stage); by default nothing observes them.
+    """
     parser = argparse.ArgumentParser(
         prog="icefloe coordinator",
         description="the commit coordinator service (flags override ICEFLOE_*)",
     )
     add_arguments(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    return run_command(run_from_args(args))
+    return run_command(run_from_args(args, hooks))
 
 
 if __name__ == "__main__":

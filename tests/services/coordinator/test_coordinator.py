@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import signal
 import socket
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import crashing_coordinator
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -753,18 +753,10 @@ async def test_crashes_at_each_commit_step_never_lose_or_double_a_file(
     try:
         for cycle in range(30):
             log_path = tmp_path / f"cycle-{cycle}.log"
-            env = {
-                **os.environ,
-                "ICEFLOE_CRASH_AT": point,
-                "ICEFLOE_CRASH_AFTER": str(rng.randint(1, 2)),
-            }
+            argv = crashing_coordinator.command(point, rng.randint(1, 2), flags)
             with log_path.open("wb") as log_file:
                 process = subprocess.Popen(
-                    [sys.executable, "-m", "icefloe.coordinator", *flags],
-                    stdout=log_file,
-                    stderr=subprocess.STDOUT,
-                    cwd=REPO,
-                    env=env,
+                    argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO
                 )
             try:
 

@@ -18,10 +18,12 @@ import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import crashing_coordinator
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -116,6 +118,14 @@ class Outputs:
         await wait_until(enough, f"{n} table-committed for {commit_id}", alive=alive)
 
 
+@dataclass(frozen=True)
+class Crash:
+    """Die at commit stage ``at`` after passing it ``after`` times (status 137)."""
+
+    at: str
+    after: int = 0
+
+
 class CoordinatorProcess:
     """``python -m icefloe.coordinator`` as a child process, started and stopped at will."""
 
@@ -129,18 +139,19 @@ class CoordinatorProcess:
         self.log_path = logs / f"{name}-0.log"
         self.port = 0
 
-    def start(self, env: dict[str, str] | None = None) -> None:
+    def start(self, crash: Crash | None = None) -> None:
+        """Start it; with ``crash``, through the test entry point that dies at that stage."""
         self.runs += 1
         self.log_path = self.logs / f"{self.name}-{self.runs}.log"
         self.port = free_port()
         flags = self.stack.flags(http_port=self.port, **self.changes)
+        if crash is None:
+            argv = [sys.executable, "-m", "icefloe.coordinator", *flags]
+        else:
+            argv = crashing_coordinator.command(crash.at, crash.after, flags)
         with self.log_path.open("wb") as log_file:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "icefloe.coordinator", *flags],
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                cwd=REPO,
-                env={**os.environ, **(env or {})},
+                argv, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO
             )
 
     def alive(self) -> None:
@@ -322,7 +333,7 @@ async def test_crash_after_the_swap_is_announced_after_the_restart(
     stack: Stack, tmp_path: Path
 ) -> None:
     async with harness(stack, tmp_path, ["db.swap"]) as (coordinator, outputs, writers, catalog):
-        coordinator.start({"ICEFLOE_CRASH_AT": "after-swap", "ICEFLOE_CRASH_AFTER": "0"})
+        coordinator.start(Crash("after-swap"))
         _, files = await send_job(writers, "db.swap", "job-7", "attempt-1", n_files=2)
         assert await coordinator.exited() == 137
         held = await holders(catalog, "db.swap", "job-7")

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from test_coordinator import Stack, Writers, redis_uri, wait_until
 from test_exactly_once import (
+    Crash,
     Outputs,
     end_offsets,
     group_offsets,
@@ -33,6 +34,7 @@ from test_exactly_once import (
 )
 
 from icefloe.catalog import Catalog
+from icefloe.coordinator.committer import COMMIT_STAGES
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten, encode_event
 from icefloe.manifest_reader import ManifestReader
@@ -41,7 +43,6 @@ pytestmark = pytest.mark.integration
 
 TABLES = {"db.ops_main": "main", "db.ops_branch": "audit"}
 OPERATIONS_PER_TABLE = 12
-CRASH_POINTS = ["after-manifests", "after-metadata", "after-swap"]
 
 
 @dataclass
@@ -280,13 +281,10 @@ async def test_overwrites_row_deltas_and_rewrites_on_branches_stay_exactly_once(
         )
         rounds = crashes = 0
         while not writing.done():
-            env: dict[str, str] = {}
+            crash = None
             if rng.random() < 0.5:
-                env = {
-                    "ICEFLOE_CRASH_AT": rng.choice(CRASH_POINTS),
-                    "ICEFLOE_CRASH_AFTER": str(rng.randint(0, 1)),
-                }
-            coordinator.start(env)
+                crash = Crash(rng.choice(COMMIT_STAGES), rng.randint(0, 1))
+            coordinator.start(crash)
             with contextlib.suppress(BaseException):  # it may reach its crash point first
                 await coordinator.wait_ready()
             await asyncio.wait({writing}, timeout=rng.uniform(1.0, 3.0))

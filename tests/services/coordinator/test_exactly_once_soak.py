@@ -31,6 +31,7 @@ from test_coordinator import Stack, Writers, redis_uri, table_state, wait_until
 from test_exactly_once import (
     EXTRA_PROCESSES,
     CoordinatorProcess,
+    Crash,
     end_offsets,
     group_offsets,
     harness,
@@ -38,6 +39,7 @@ from test_exactly_once import (
     originals,
 )
 
+from icefloe.coordinator.committer import COMMIT_STAGES
 from icefloe.events import CommitOperation, CommitRequested, encode_event
 
 pytestmark = pytest.mark.integration
@@ -46,7 +48,6 @@ TABLES = ["db.soak_0", "db.soak_1", "db.soak_2"]
 WRITER_TASKS = 4
 JOBS_PER_WRITER = 14
 KILLS = 8
-CRASH_POINTS = ["after-manifests", "after-metadata", "after-swap"]
 
 
 @dataclass
@@ -148,18 +149,15 @@ async def test_soak_kills_crash_points_replays_and_retries_end_exactly_once(
         )
         EXTRA_PROCESSES.append(zombie)
 
-        def crash_env() -> dict[str, str]:
+        def crash() -> Crash | None:
             if rng.random() < 0.4:
-                return {}
-            return {
-                "ICEFLOE_CRASH_AT": rng.choice(CRASH_POINTS),
-                "ICEFLOE_CRASH_AFTER": str(rng.randint(0, 1)),
-            }
+                return None
+            return Crash(rng.choice(COMMIT_STAGES), rng.randint(0, 1))
 
-        zombie.start(crash_env())
+        zombie.start(crash())
         kills = crashes = freezes = 0
         while kills + crashes < KILLS:
-            coordinator.start(crash_env())
+            coordinator.start(crash())
             with contextlib.suppress(BaseException):
                 # Joined (or already crashed at a crash point, which the check below sees).
                 await coordinator.wait_ready()
@@ -168,7 +166,7 @@ async def test_soak_kills_crash_points_replays_and_retries_end_exactly_once(
             if zombie.process.poll() is not None:  # the other replica reached a crash point
                 assert await zombie.exited() == 137, zombie.log_path.read_text()[-2000:]
                 crashes += 1
-                zombie.start(crash_env())
+                zombie.start(crash())
             elif rng.random() < 0.5:
                 assert zombie.process is not None
                 zombie.process.send_signal(signal.SIGSTOP)

@@ -4,7 +4,6 @@ local file-system catalog with real (small) data files."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import crashing_coordinator
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -20,17 +20,19 @@ from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.batcher import PendingFiles, Unit
 from icefloe.coordinator.committer import (
+    COMMIT_STAGES,
     SUMMARY_COMMIT_IDS,
     SUMMARY_OFFSETS,
     SUMMARY_POSITIONS,
-    CrashPoints,
+    CommitHooks,
     History,
     TableCommitter,
+    install_commit_hooks,
     source_key,
     summary_commit_ids,
 )
 from icefloe.datafile import DataFile, DataFileContent
-from icefloe.errors import CommitStateUnknownError, EventRejectedError, ValidationError
+from icefloe.errors import CommitStateUnknownError, EventRejectedError
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata_builder import MetadataBuilder
@@ -564,20 +566,34 @@ async def test_a_base_snapshot_committed_outside_the_coordinator_is_accepted(env
     assert committer.table.metadata.snapshot_by_id(head) is not None
 
 
-# -- crash points -------------------------------------------------------------------------
+# -- commit stages ------------------------------------------------------------------------
 
 
-def test_crash_points_configuration() -> None:
-    with pytest.raises(ValidationError, match="not a crash point"):
-        CrashPoints.from_env({"ICEFLOE_CRASH_AT": "somewhere"})
-    with pytest.raises(ValidationError, match="not an integer"):
-        CrashPoints.from_env({"ICEFLOE_CRASH_AT": "after-swap", "ICEFLOE_CRASH_AFTER": "x"})
-    assert not CrashPoints.from_env({}).armed
-    crash = CrashPoints.from_env({"ICEFLOE_CRASH_AT": "after-swap", "ICEFLOE_CRASH_AFTER": "2"})
-    crash.reach("after-manifests")  # another point: ignored
-    crash.reach("after-swap")
-    crash.reach("after-swap")
-    assert crash.passed == 2
+class _Recorder(CommitHooks):
+    stages = frozenset(COMMIT_STAGES)
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def on_stage(self, stage: str) -> None:
+        self.seen.append(stage)
+
+
+async def test_commits_tell_their_hooks_each_stage_in_order(tmp_path: Path) -> None:
+    env = await make_env(tmp_path)
+    hooks = _Recorder()
+    install_commit_hooks(env.catalog, hooks)
+    committer = env.committer(hooks=hooks)
+    await committer.commit([env.unit("c1")], resume_offset=2, position=2)
+    assert hooks.seen == ["after-manifests", "after-metadata", "after-swap"]
+
+
+def test_the_default_hooks_do_nothing_and_leave_the_file_io_alone() -> None:
+    hooks = CommitHooks()
+    assert hooks.stages == frozenset()
+    hooks.on_stage("after-swap")
+    with pytest.raises(ValueError, match="not a commit stage"):
+        crashing_coordinator.ExitAt("somewhere")
 
 
 _CRASH_SCRIPT = textwrap.dedent(
@@ -585,14 +601,15 @@ _CRASH_SCRIPT = textwrap.dedent(
     import asyncio, sys
     sys.path.insert(0, {tests!r})
     from test_table_committer import make_env
-    from icefloe.coordinator.committer import CrashPoints, install_crash_points
+    from crashing_coordinator import ExitAt
+    from icefloe.coordinator.committer import install_commit_hooks
     from pathlib import Path
 
     async def main():
         env = await make_env(Path({root!r}))
-        crash = CrashPoints.from_env()
-        install_crash_points(env.catalog, crash)
-        committer = env.committer(crash=crash)
+        hooks = ExitAt({point!r})
+        install_commit_hooks(env.catalog, hooks)
+        committer = env.committer(hooks=hooks)
         await committer.commit([env.unit("c1")], resume_offset=2, position=2)
         print("survived")
 
@@ -608,10 +625,9 @@ _CRASH_SCRIPT = textwrap.dedent(
 async def test_crash_points_kill_the_process_at_the_named_step(
     tmp_path: Path, point: str, snapshots: int
 ) -> None:
-    script = _CRASH_SCRIPT.format(tests=str(Path(__file__).parent), root=str(tmp_path))
+    script = _CRASH_SCRIPT.format(tests=str(Path(__file__).parent), root=str(tmp_path), point=point)
     result = subprocess.run(
         [sys.executable, "-c", script],
-        env={**os.environ, "ICEFLOE_CRASH_AT": point},
         capture_output=True,
         text=True,
         timeout=120,
