@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import pytest
+import task_faults_daemon
 
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
@@ -71,6 +72,8 @@ def spark() -> Iterator[Any]:
     """The session's Spark: local[2,2], no UI, two shuffle partitions, UTC."""
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    # The Python workers come from the tests' daemon, which lets a test fail task attempts.
+    os.environ["PYTHONPATH"] = task_faults_daemon.workers_path(os.environ.get("PYTHONPATH"))
     from pyspark.sql import SparkSession
 
     session = (
@@ -83,6 +86,7 @@ def spark() -> Iterator[Any]:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.adaptive.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
+        .config(map=task_faults_daemon.spark_conf())
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

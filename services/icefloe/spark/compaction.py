@@ -82,6 +82,7 @@ from icefloe.spark.tasks import (
     TaskIO,
     WriteJob,
     column_by_id,
+    task_hooks,
 )
 from icefloe.spark.types import FilterArg, _filter_json, _map_in_arrow
 from icefloe.spark.writer import (
@@ -245,7 +246,7 @@ def compact_task(job: CompactJob, batches: Iterable[pa.RecordBatch]) -> Iterator
         task_io.close()
         raise
     task_io.close()
-    info.inject_fault()
+    task_hooks().files_complete(info)
     yield from out
 
 

@@ -28,10 +28,11 @@ before reporting, and delete the ones it did not commit. The task returns one ro
 delivers to the driver only the rows of the attempt that succeeded for each partition,
 which is what makes the collected rows exactly the set to commit.
 
-A task that raises deletes the files it wrote before re-raising. For tests, the local
-property :data:`FAULT_PROPERTY` (``raise:<partition>`` or ``crash:<partition>``) makes the
-first attempt of one Spark partition fail after its files are complete, as an attempt that
-dies while reporting would: the files stay behind for the driver to clean up.
+A task that raises deletes the files it wrote before re-raising. Once its files are
+complete, and before it reports them, a task tells the worker's :class:`TaskHooks` (the
+default does nothing). Tests install hooks in the Python workers that fail an attempt at
+that point, as an attempt that dies while reporting would: the files stay behind for the
+driver to clean up.
 
 Reading
 -------
@@ -67,7 +68,7 @@ from icefloe.content_file import content_file_from_json, content_file_to_json
 from icefloe.datafile import DataFile, DataFileContent, FileFormat
 from icefloe.delete_index import is_deletion_vector
 from icefloe.deletion_vector import DeletionVector, deletion_vector_from_blob
-from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
+from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.expression_json import parse_expression
 from icefloe.expressions import (
     AlwaysFalse,
@@ -107,9 +108,6 @@ from icefloe.types import (
     UUIDType,
 )
 
-FAULT_PROPERTY = "icefloe.spark.fault"
-"""Spark local property ``raise:<partition>`` / ``crash:<partition>``: fault injection."""
-
 WRITE_RESULT_SCHEMA = (
     "task_attempt_id long, partition_id int, attempt_number int, stage_id int, file string"
 )
@@ -134,7 +132,7 @@ _OUTPUT_BATCH_ROWS = 65_536
 
 
 # ---------------------------------------------------------------------------------------
-# Task identity and fault injection
+# Task identity and hooks
 # ---------------------------------------------------------------------------------------
 
 
@@ -146,7 +144,6 @@ class TaskInfo:
     attempt_number: int = 0
     task_attempt_id: int = 0
     stage_id: int = 0
-    fault: str | None = None
 
     @classmethod
     def current(cls) -> TaskInfo:
@@ -160,24 +157,33 @@ class TaskInfo:
             attempt_number=context.attemptNumber(),
             task_attempt_id=context.taskAttemptId(),
             stage_id=context.stageId(),
-            fault=context.getLocalProperty(FAULT_PROPERTY),
         )
 
-    def inject_fault(self) -> None:
-        """Fail the first attempt of the partition named by :data:`FAULT_PROPERTY`."""
-        if not self.fault or self.attempt_number != 0:
-            return
-        mode, _, target = self.fault.partition(":")
-        if target.strip() != str(self.partition_id):
-            return
-        if mode == "crash":
-            os._exit(17)  # the worker dies without reporting, as on a lost executor
-        if mode == "raise":
-            raise IcefloeError(
-                f"fault injected by {FAULT_PROPERTY}={self.fault!r} in attempt 0 of Spark "
-                f"partition {self.partition_id}"
-            )
-        raise ValidationError(f"{FAULT_PROPERTY}={self.fault!r}: expected raise:<n> or crash:<n>")
+
+class TaskHooks:
+    """What a task tells an observer in its Python worker; this one does nothing.
+
+    Tests install others with :func:`install_task_hooks` in the workers (through a PySpark
+    daemon of their own) to fail a task attempt at a chosen point.
+    """
+
+    def files_complete(self, info: TaskInfo) -> None:
+        """A task attempt's files are complete and about to be reported to the driver."""
+
+
+_hooks = TaskHooks()
+
+
+def install_task_hooks(hooks: TaskHooks) -> TaskHooks:
+    """Make ``hooks`` this process's task hooks; returns the ones they replace."""
+    global _hooks
+    previous, _hooks = _hooks, hooks
+    return previous
+
+
+def task_hooks() -> TaskHooks:
+    """This process's task hooks."""
+    return _hooks
 
 
 # ---------------------------------------------------------------------------------------
@@ -564,7 +570,7 @@ def write_task(
         task_io.close()
         raise
     task_io.close()
-    info.inject_fault()
+    task_hooks().files_complete(info)
     if files:
         yield pa.RecordBatch.from_pydict(
             {
@@ -1085,23 +1091,25 @@ def read_task(job: ReadJob, batches: Iterable[pa.RecordBatch]) -> Iterator[pa.Re
 
 
 __all__ = [
-    "FAULT_PROPERTY",
     "READ_TASK_COLUMN",
     "WRITE_RESULT_ARROW",
     "WRITE_RESULT_SCHEMA",
     "FanoutWriter",
     "ReadJob",
     "ScanTaskReader",
+    "TaskHooks",
     "TaskIO",
     "TaskInfo",
     "WriteJob",
     "column_by_id",
     "equality_delete_mask",
     "filter_mask",
+    "install_task_hooks",
     "is_job_file",
     "job_file_name",
     "prepare_input",
     "read_task",
+    "task_hooks",
     "to_spark_arrow",
     "to_spark_table",
     "write_task",

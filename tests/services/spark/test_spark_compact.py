@@ -19,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
+from task_faults import fault
 
 import icefloe.spark as ispark
 from icefloe.arrow_schema import FIELD_ID_KEY
@@ -38,7 +39,6 @@ from icefloe.spark.compaction import (
     commit_compaction,
     stage_compaction,
 )
-from icefloe.spark.tasks import FAULT_PROPERTY
 from icefloe.types import DoubleType, LongType, NestedField, StringType
 from java_iceberg import JavaIceberg
 
@@ -326,13 +326,10 @@ def test_a_failed_task_attempt_leaves_nothing_behind(spark: SparkSession, spark_
     name = _table(spark_stack)
     for k in range(3):
         _append(spark, spark_stack, name, k * 9, 9)
-    spark.sparkContext.setLocalProperty(FAULT_PROPERTY, "crash:1")
-    try:
+    with fault(spark, "crash:1"):
         staged = stage_compaction(
             spark, name, options={"min_input_files": 2}, config=spark_stack.config
         )
-    finally:
-        spark.sparkContext.setLocalProperty(FAULT_PROPERTY, None)  # type: ignore[arg-type]
     assert staged.needs_listing
     stored = {p for p in spark_stack.stored_files(name) if staged.job_id in p}
     assert stored > staged.paths  # the dead attempt's files are still there

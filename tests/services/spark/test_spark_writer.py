@@ -24,19 +24,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as hs
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from task_faults import FirstAttemptFails, InjectedFault, fault
 
 import icefloe.spark as ispark
-from icefloe.errors import IcefloeError, ValidationError
+from icefloe.errors import ValidationError
 from icefloe.expressions import EqualTo
 from icefloe.parquet import read_data_file
 from icefloe.partition import PartitionSpec, PartitionSpecBuilder
 from icefloe.schema import Schema
 from icefloe.spark.config import SparkConfig
 from icefloe.spark.tasks import (
-    FAULT_PROPERTY,
     WRITE_RESULT_ARROW,
     TaskInfo,
     WriteJob,
+    install_task_hooks,
     is_job_file,
     job_file_name,
     prepare_input,
@@ -130,13 +131,19 @@ def test_a_task_that_fails_deletes_the_files_it_wrote(tmp_path: Path) -> None:
     assert not list(tmp_path.rglob("*.parquet"))
 
 
-def test_injected_faults_leave_complete_files_behind(tmp_path: Path) -> None:
-    with pytest.raises(IcefloeError, match="fault injected"):
-        list(write_task(_job(tmp_path), [_batch([1])], TaskInfo(partition_id=0, fault="raise:0")))
-    assert len(list(tmp_path.rglob("*.parquet"))) == 1
-    # Only the first attempt of the named partition fails.
-    retried = TaskInfo(partition_id=0, attempt_number=1, fault="raise:0")
-    assert len(list(write_task(_job(tmp_path), [_batch([1])], retried))) == 1
+def test_a_task_that_fails_once_its_files_are_complete_leaves_them_behind(
+    tmp_path: Path,
+) -> None:
+    previous = install_task_hooks(FirstAttemptFails("raise:0"))
+    try:
+        with pytest.raises(InjectedFault, match="fault injected"):
+            list(write_task(_job(tmp_path), [_batch([1])], TaskInfo(partition_id=0)))
+        assert len(list(tmp_path.rglob("*.parquet"))) == 1
+        # Only the first attempt of the named partition fails.
+        retried = TaskInfo(partition_id=0, attempt_number=1)
+        assert len(list(write_task(_job(tmp_path), [_batch([1])], retried))) == 1
+    finally:
+        install_task_hooks(previous)
 
 
 def test_spark_stand_ins_are_checked_before_conversion() -> None:
@@ -469,11 +476,8 @@ def test_a_failed_task_attempt_leaves_no_committed_duplicate(
     )
     name = spark_stack.create_table(schema)
     df = spark.range(0, 2000, numPartitions=2).select("id", F.col("id").cast("string").alias("s"))
-    spark.sparkContext.setLocalProperty(FAULT_PROPERTY, "crash:1")
-    try:
+    with fault(spark, "crash:1"):
         staged = ispark.stage_write(df, name, config=spark_stack.config)
-    finally:
-        spark.sparkContext.setLocalProperty(FAULT_PROPERTY, None)  # type: ignore[arg-type]
     assert staged.needs_listing  # Spark reported the failed attempt
     left_behind = {p for p in spark_stack.stored_files(name) if is_job_file(p, staged.job_id)}
     assert left_behind > staged.paths  # the failed attempt's files are still there
@@ -749,11 +753,8 @@ def test_writes_and_reads_through_object_storage(spark: SparkSession, s3_spark_s
     df = spark.range(0, 600, numPartitions=2).select(
         "id", (F.col("id") % 3).cast("string").alias("cat")
     )
-    spark.sparkContext.setLocalProperty(FAULT_PROPERTY, "raise:0")
-    try:
+    with fault(spark, "raise:0"):
         staged = ispark.stage_write(df, name, config=stack.config)
-    finally:
-        spark.sparkContext.setLocalProperty(FAULT_PROPERTY, None)  # type: ignore[arg-type]
     assert all(path.startswith("s3://") for path in staged.paths)
     assert stack.stored_files(name) > staged.paths
     ispark.commit_staged(staged)
