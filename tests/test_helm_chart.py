@@ -220,6 +220,7 @@ def test_a_planner_without_kafka_needs_no_brokers(tmp_path: Path) -> None:
         ({"kafka": {"securityProtocol": "TLS"}}, "kafka.securityProtocol"),
         ({"planner": {"prefix": "a/b"}}, "planner.prefix"),
         ({"coordinator": {"logFormat": "xml"}}, "coordinator.logFormat"),
+        ({"planner": {"logFormat": "xml"}}, "planner.logFormat"),
         ({"coordinator": {"replicaCount": -1}}, "coordinator.replicaCount"),
         ({"topics": {"partitions": 0}}, "topics.partitions"),
     ],
@@ -323,6 +324,7 @@ def test_minimal_environment_loads_into_the_settings(tmp_path: Path) -> None:
     assert planner.brokers == "kafka-0:9092,kafka-1:9092"
     assert planner.results_topic == coordinator.results_topic
     assert planner.port == 8181
+    assert (planner.log_level, planner.log_format) == ("INFO", "json")
     assert planner.token is None
     assert planner.cache_max_bytes == 512 << 20
 

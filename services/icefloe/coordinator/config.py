@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from icefloe.commit_index import DEDUP_WINDOW_MS_DEFAULT
 from icefloe.runtime import kafka as kafka_settings
+from icefloe.runtime import logs
 from icefloe.runtime import settings as settings_flags
 from icefloe.runtime.kafka import KafkaSettings
 
@@ -103,8 +104,9 @@ class CoordinatorConfig(BaseSettings, KafkaSettings):
     offset_commit_interval_ms: int = Field(1000, ge=10)
     max_inflight_events: int = Field(100_000, ge=1)
     shutdown_timeout_ms: int = Field(60_000, ge=0)
-    log_level: str = "INFO"
-    log_format: Literal["json", "text"] = "json"
+    access_log: bool = Field(True, description=logs.ACCESS_LOG_HELP)
+    log_level: logs.LogLevel = Field("INFO", description=logs.LOG_LEVEL_HELP)
+    log_format: logs.LogFormat = Field("json", description=logs.LOG_FORMAT_HELP)
 
     @model_validator(mode="after")
     def _consistent(self) -> CoordinatorConfig:

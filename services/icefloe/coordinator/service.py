@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import logging
 import signal
 import sys
@@ -126,6 +125,7 @@ from icefloe.retry import Backoff, Retry, RetryEvent
 from icefloe.runtime import kafka
 from icefloe.runtime.command import run_command
 from icefloe.runtime.http import ServiceHttp
+from icefloe.runtime.logs import configure_logging
 from icefloe.snapshot import Snapshot, Summary
 
 log = logging.getLogger("icefloe.coordinator")
@@ -216,45 +216,6 @@ class CoordinatorMetrics:
             ["table"],
             registry=r,
         )
-
-
-# -- logging -----------------------------------------------------------------------------
-
-_STANDARD_ATTRS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
-    "message",
-    "asctime",
-    "taskName",
-}
-
-
-class JsonLogFormatter(logging.Formatter):
-    """One JSON object per line: time, level, logger, message and the ``extra`` fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        out: dict[str, Any] = {
-            "ts": round(record.created, 3),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": record.getMessage(),
-        }
-        for key, value in vars(record).items():
-            if key not in _STANDARD_ATTRS and not key.startswith("_"):
-                out[key] = value
-        if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, default=str)
-
-
-def configure_logging(config: CoordinatorConfig) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if config.log_format == "json":
-        handler.setFormatter(JsonLogFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(config.log_level.upper())
-    logging.getLogger("aiokafka").setLevel(max(root.level, logging.WARNING))
 
 
 # -- state per partition and per table --------------------------------------------------
@@ -1037,6 +998,7 @@ class Coordinator:
             host=config.http_host,
             port=config.http_port,
             detail=self.readiness_detail,
+            access_log=config.access_log,
         )
         self.partitions: dict[TopicPartition, PartitionState] = {}
         self.inflight = 0
@@ -1523,7 +1485,7 @@ async def run_coordinator(
 async def run_from_args(args: argparse.Namespace, hooks: CommitHooks | None = None) -> int:
     """The ``icefloe coordinator`` subcommand: environment settings, flags on top."""
     config = CoordinatorConfig.load(overrides_from_args(args))
-    configure_logging(config)
+    configure_logging(config.log_level, config.log_format)
     return await run_coordinator(config, hooks=hooks)
 
 

@@ -84,11 +84,11 @@ from icefloe.planner.tokens import (
 )
 from icefloe.planner.write_config import RestCatalogSettings
 from icefloe.runtime.http import ServiceHttp
+from icefloe.runtime.logs import configure_logging, log_access
 from icefloe.scan import ScanPlan, plan_scan
 from icefloe.scan_json import page_is_written, scan_tasks_members
 
 log = logging.getLogger(__name__)
-access_log = logging.getLogger("icefloe.access")
 
 # Request bodies above this are parsed (JSON, validation, filter) in a worker thread.
 OFFLOAD_BODY_BYTES = 32 << 10
@@ -627,22 +627,8 @@ class PlannerService:
         elapsed = time.perf_counter() - started
         self._requests.labels(route, request.method, str(response.status)).inc()
         self._latency.labels(route).observe(elapsed)
-        if self.config.access_log and access_log.isEnabledFor(logging.INFO):
-            access_log.info(
-                json.dumps(
-                    {
-                        "ts": round(self.wall_clock(), 3),
-                        "method": request.method,
-                        "path": request.path[:256],
-                        "route": route,
-                        "status": response.status,
-                        "ms": round(elapsed * 1000, 3),
-                        "bytes": response.content_length,
-                        "remote": request.remote,
-                    },
-                    separators=(",", ":"),
-                )
-            )
+        if self.config.access_log:
+            log_access(request, response.status, elapsed, response.content_length)
         return response
 
     def _http_error(
@@ -1115,14 +1101,8 @@ async def serve(
 def _worker(overrides: dict[str, Any], parent_pid: int) -> None:
     """One of ``workers`` processes: the same settings, the port shared (SO_REUSEPORT)."""
     config = PlannerConfig.load(overrides)
-    _configure_logging(config)
+    configure_logging(config.log_level, config.log_format)
     asyncio.run(serve(config, reuse_port=True, parent_pid=parent_pid))
-
-
-def _configure_logging(config: PlannerConfig) -> None:
-    logging.basicConfig(
-        level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
 
 
 def serve_workers(config: PlannerConfig, overrides: dict[str, Any]) -> int:
@@ -1167,7 +1147,7 @@ async def run_from_args(args: Any) -> int:
 
     overrides = overrides_from_args(args)
     config = PlannerConfig.load(overrides)
-    _configure_logging(config)
+    configure_logging(config.log_level, config.log_format)
     if config.workers > 1:
         # The parent only supervises: blocking its (idle) loop on the main thread lets it
         # install the signal handlers that forward SIGTERM to the workers.

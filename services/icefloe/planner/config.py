@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from icefloe.errors import ValidationError
 from icefloe.runtime import kafka as kafka_settings
+from icefloe.runtime import logs
 from icefloe.runtime import settings as settings_flags
 from icefloe.runtime.kafka import KafkaSettings
 
@@ -86,7 +87,7 @@ class PlannerConfig(BaseSettings, KafkaSettings):
     scan_planning_mode_forced: bool = Field(
         False, description="advertise the mode as a config override rather than a default"
     )
-    access_log: bool = Field(True, description="one JSON line per request on icefloe.access")
+    access_log: bool = Field(True, description=logs.ACCESS_LOG_HELP)
 
     # -- HTTP ---------------------------------------------------------------------------------
     workers: int = Field(
@@ -119,7 +120,8 @@ class PlannerConfig(BaseSettings, KafkaSettings):
     client_id: str = kafka_settings.client_id_field("icefloe-planner")
     results_topic: str = Field("icefloe.results", min_length=1)
 
-    log_level: str = "INFO"
+    log_level: logs.LogLevel = Field("INFO", description=logs.LOG_LEVEL_HELP)
+    log_format: logs.LogFormat = Field("json", description=logs.LOG_FORMAT_HELP)
 
     @classmethod
     def load(cls, overrides: Mapping[str, Any] | None = None) -> PlannerConfig:

@@ -5,16 +5,20 @@ take traffic" (route to it only if so): the coordinator, for instance, is alive 
 it has joined its consumer group. Each service passes its own checks as callables, so this
 module knows nothing about Kafka or catalogs. Metrics come from the service's own
 prometheus_client registry, never the global one, so several services (or tests) in one
-process do not mix their series.
+process do not mix their series. Each request gets one access-log line
+(:func:`icefloe.runtime.logs.log_access`), as on every icefloe HTTP server.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from icefloe.runtime.logs import log_access
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +41,10 @@ class ServiceHttp:
         host: str = "0.0.0.0",
         port: int = 0,
         detail: Callable[[], str] | None = None,
+        access_log: bool = True,
     ) -> None:
         self.registry = registry
+        self.access_log = access_log
         self.ready = ready
         self.detail = detail  # extra lines for /readyz (what an operator should look at)
         self.healthy = healthy
@@ -47,7 +53,7 @@ class ServiceHttp:
         self._runner: web.AppRunner | None = None
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[_access_log] if self.access_log else [])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
@@ -92,6 +98,24 @@ class ServiceHttp:
     async def _metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.registry)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+@web.middleware
+async def _access_log(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    started = time.perf_counter()
+    status = 500
+    size: int | None = None
+    try:
+        response = await handler(request)
+        status, size = response.status, response.content_length
+        return response
+    except web.HTTPException as e:
+        status, size = e.status, e.content_length
+        raise
+    finally:
+        log_access(request, status, time.perf_counter() - started, size)
 
 
 def _safe(check: Check) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, get_args, get_origin
 
 import pydantic
 from pydantic_settings import BaseSettings
@@ -68,6 +68,9 @@ def add_arguments(
             )
         elif annotation is int or annotation == (int | None):
             parser.add_argument(flag, dest=name, type=int, default=None, help=help_text)
+        elif get_origin(annotation) is Literal:
+            choices = [str(c) for c in get_args(annotation)]
+            parser.add_argument(flag, dest=name, default=None, choices=choices, help=help_text)
         else:
             parser.add_argument(flag, dest=name, default=None, help=help_text)
 

@@ -20,6 +20,7 @@ from test_planner import BASE, World, all_tasks, error_of, make_client, plan, wo
 
 from icefloe.metadata_builder import MetadataBuilder
 from icefloe.planner.tokens import PlanTokens, TokenError, parse_plan_task
+from icefloe.runtime.logs import JsonLogFormatter
 
 SECRET = b"a shared secret for the replicas"
 
@@ -211,9 +212,11 @@ async def test_access_log_is_one_json_line_per_request(
     with caplog.at_level(logging.INFO, logger="icefloe.access"):
         await client.get("/v1/namespaces")
         await client.get("/v1/namespaces/missing")
-    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "icefloe.access"]
+    records = [r for r in caplog.records if r.name == "icefloe.access"]
+    lines = [json.loads(JsonLogFormatter().format(r)) for r in records]
     assert [(x["method"], x["status"]) for x in lines] == [("GET", 200), ("GET", 404)]
     assert lines[0]["route"] == "/v1/namespaces" and lines[0]["ms"] >= 0
+    assert lines[0]["msg"].startswith("GET /v1/namespaces 200 ")
 
 
 def test_the_service_benchmark_runs_every_client_level() -> None:
