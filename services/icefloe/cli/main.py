@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from icefloe.errors import IcefloeError
-from icefloe.runtime.command import run_command
+from icefloe.runtime.command import ArgumentParser, run_command
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -172,7 +172,7 @@ async def cmd_scan(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="icefloe", description="Iceberg commit coordinator, scan planner and tools"
     )
     from icefloe.version import __version__
@@ -198,43 +198,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     ns = sub.add_parser("namespace", help="create, list, show and drop namespaces")
     nsub = ns.add_subparsers(dest="ns_command", required=True)
-    p = with_catalog(nsub.add_parser("create"))
-    p.add_argument("namespace")
+    p = with_catalog(nsub.add_parser("create", help="create a namespace"))
+    p.add_argument("namespace", help="the namespace, levels separated by dots")
     p.add_argument("--property", "-p", action="append", help="key=value (repeatable)")
-    p = with_catalog(nsub.add_parser("list"))
-    p.add_argument("parent", nargs="?")
-    p = with_catalog(nsub.add_parser("show"))
-    p.add_argument("namespace")
-    p = with_catalog(nsub.add_parser("drop"))
-    p.add_argument("namespace")
+    p = with_catalog(nsub.add_parser("list", help="list namespaces (under PARENT)"))
+    p.add_argument("parent", nargs="?", help="list only below this namespace")
+    p = with_catalog(nsub.add_parser("show", help="print a namespace's properties"))
+    p.add_argument("namespace", help="the namespace, levels separated by dots")
+    p = with_catalog(nsub.add_parser("drop", help="drop an empty namespace"))
+    p.add_argument("namespace", help="the namespace, levels separated by dots")
     ns.set_defaults(handler=cmd_namespace)
 
     table = sub.add_parser(
         "table", help="create, describe, list snapshots, expire, drop, health, compact"
     )
     tsub = table.add_subparsers(dest="table_command", required=True)
-    p = with_catalog(tsub.add_parser("create"))
+    p = with_catalog(tsub.add_parser("create", help="create a table"))
     p.add_argument("table", help="namespace.table")
     p.add_argument("--schema", required=True, help="schema JSON (Appendix C) or @file")
     p.add_argument(
-        "--partition-by", action="append", default=[], help="e.g. day(ts), bucket(16, id), id"
+        "--partition-by",
+        action="append",
+        default=[],
+        help="a partition field, e.g. day(ts), bucket(16, id), id (repeatable)",
     )
-    p.add_argument("--location")
-    p.add_argument("--format-version", type=int, default=2, choices=(1, 2, 3))
+    p.add_argument("--location", help="the table's location (default: under the warehouse)")
+    p.add_argument(
+        "--format-version", type=int, default=2, choices=(1, 2, 3), help="Iceberg format version"
+    )
     p.add_argument("--property", "-p", action="append", help="key=value (repeatable)")
-    p = with_catalog(tsub.add_parser("describe"))
-    p.add_argument("table")
-    p = with_catalog(tsub.add_parser("snapshots"))
-    p.add_argument("table")
-    p = with_catalog(tsub.add_parser("expire"))
-    p.add_argument("table")
+    p = with_catalog(tsub.add_parser("describe", help="print a table's metadata summary"))
+    p.add_argument("table", help="namespace.table")
+    p = with_catalog(tsub.add_parser("snapshots", help="list a table's snapshots, a line each"))
+    p.add_argument("table", help="namespace.table")
+    p = with_catalog(tsub.add_parser("expire", help="expire old snapshots"))
+    p.add_argument("table", help="namespace.table")
     p.add_argument("--older-than-ms", type=int, help="expire snapshots older than this epoch ms")
-    p.add_argument("--retain-last", type=int, default=1)
-    p = with_catalog(tsub.add_parser("drop"))
-    p.add_argument("table")
+    p.add_argument(
+        "--retain-last", type=int, default=1, help="always keep this many most recent snapshots"
+    )
+    p = with_catalog(tsub.add_parser("drop", help="drop a table"))
+    p.add_argument("table", help="namespace.table")
     p.add_argument("--purge", action="store_true", help="also delete data and metadata files")
-    p = with_catalog(tsub.add_parser("list"))
-    p.add_argument("namespace")
+    p = with_catalog(tsub.add_parser("list", help="list the tables of a namespace"))
+    p.add_argument("namespace", help="the namespace, levels separated by dots")
     from icefloe.cli.maintenance import add_arguments as add_maintenance_arguments
 
     add_maintenance_arguments(tsub, with_catalog)

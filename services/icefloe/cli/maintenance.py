@@ -32,7 +32,7 @@ DEFAULT_MIN_RETAIN_MS = 86_400_000
 def add_arguments(tsub: Any, with_catalog: Any) -> None:
     """Add the subcommands to ``icefloe table``'s subparsers."""
     p = with_catalog(tsub.add_parser("health", help="health figures and next maintenance"))
-    p.add_argument("table")
+    p.add_argument("table", help="namespace.table")
     p.add_argument(
         "--min-retain-ms",
         type=int,
@@ -40,10 +40,15 @@ def add_arguments(tsub: Any, with_catalog: Any) -> None:
         help="retention window expiry never enters (the coordinator's dedup window)",
     )
     p = with_catalog(tsub.add_parser("maintain", help="run the table's maintenance policy now"))
-    p.add_argument("table")
-    p.add_argument("--min-retain-ms", type=int, default=DEFAULT_MIN_RETAIN_MS)
+    p.add_argument("table", help="namespace.table")
+    p.add_argument(
+        "--min-retain-ms",
+        type=int,
+        default=DEFAULT_MIN_RETAIN_MS,
+        help="expiry keeps every snapshot younger than this (the coordinator's dedup window)",
+    )
     p = with_catalog(tsub.add_parser("compact", help="compact small files with Spark"))
-    p.add_argument("table")
+    p.add_argument("table", help="namespace.table")
     p.add_argument("--where", help="limit to rows matching this filter (expression JSON)")
     p.add_argument("--sort", action="store_true", help="sort rows by the table's sort order")
     p.add_argument(
@@ -53,7 +58,7 @@ def add_arguments(tsub: Any, with_catalog: Any) -> None:
         default=[],
         help="policy override, e.g. min_input_files=2 or target_file_size_bytes=134217728",
     )
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--master", default="local[*]", help="Spark master")
 
 
 async def health(catalog: Catalog, identifier: str, min_retain_ms: int) -> dict[str, Any]:

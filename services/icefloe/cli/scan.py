@@ -52,8 +52,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--select", help="comma-separated columns to print with --rows")
     parser.add_argument("--stats", help="comma-separated columns whose stats tasks include")
-    parser.add_argument("--case-insensitive", action="store_true")
-    parser.add_argument("--use-snapshot-schema", action="store_true")
+    parser.add_argument(
+        "--case-insensitive", action="store_true", help="match column names in any case"
+    )
+    parser.add_argument(
+        "--use-snapshot-schema",
+        action="store_true",
+        help="with --snapshot or --ref: bind the filter to that snapshot's schema",
+    )
     parser.add_argument("--rows", action="store_true", help="print rows instead of tasks")
     parser.add_argument(
         "--row-lineage",

@@ -123,7 +123,7 @@ from icefloe.manifest_reader import ManifestReader
 from icefloe.manifest_store import ManifestStore
 from icefloe.retry import Backoff, Retry, RetryEvent
 from icefloe.runtime import kafka
-from icefloe.runtime.command import run_command
+from icefloe.runtime.command import ArgumentParser, run_command
 from icefloe.runtime.http import ServiceHttp
 from icefloe.runtime.logs import configure_logging
 from icefloe.snapshot import Snapshot, Summary
@@ -1495,7 +1495,7 @@ def main(argv: Sequence[str] | None = None, *, hooks: CommitHooks | None = None)
     ``hooks`` observes every commit's stages (tests pass one that ends the process at a
     stage); by default nothing observes them.
     """
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="icefloe coordinator",
         description="the commit coordinator service (flags override ICEFLOE_*)",
     )
