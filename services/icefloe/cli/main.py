@@ -18,6 +18,7 @@ from typing import Any
 
 from icefloe.errors import IcefloeError
 from icefloe.runtime.command import ArgumentParser, run_command
+from icefloe.runtime.logs import configure_logging
 
 Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -105,6 +106,9 @@ def _parse_props(pairs: Sequence[str] | None) -> dict[str, str]:
 
 
 async def cmd_table(args: argparse.Namespace) -> int:
+    if args.table_command in ("maintain", "compact"):  # the long-running ones log as they go
+        configure_logging(args.log_level, args.log_format)
+
     async def run(catalog: Any) -> int:
         from icefloe.cli.table import (
             create_table,

@@ -23,6 +23,7 @@ from icefloe.maintenance_policy import (
     decide,
     run_maintenance,
 )
+from icefloe.runtime.logs import add_log_arguments
 from icefloe.table_health import table_health
 
 DEFAULT_MIN_RETAIN_MS = 86_400_000
@@ -47,6 +48,7 @@ def add_arguments(tsub: Any, with_catalog: Any) -> None:
         default=DEFAULT_MIN_RETAIN_MS,
         help="expiry keeps every snapshot younger than this (the coordinator's dedup window)",
     )
+    add_log_arguments(p)
     p = with_catalog(tsub.add_parser("compact", help="compact small files with Spark"))
     p.add_argument("table", help="namespace.table")
     p.add_argument("--where", help="limit to rows matching this filter (expression JSON)")
@@ -59,6 +61,7 @@ def add_arguments(tsub: Any, with_catalog: Any) -> None:
         help="policy override, e.g. min_input_files=2 or target_file_size_bytes=134217728",
     )
     p.add_argument("--master", default="local[*]", help="Spark master")
+    add_log_arguments(p)
 
 
 async def health(catalog: Catalog, identifier: str, min_retain_ms: int) -> dict[str, Any]:

@@ -13,10 +13,11 @@ remote) as ``extra`` fields, so a JSON line carries them at its top level.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import sys
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TextIO
 
 from aiohttp import web
 from pydantic import AfterValidator
@@ -72,18 +73,35 @@ LogLevel = Annotated[str, AfterValidator(check_level)]
 """A settings field holding a log level (any case; kept in upper case)."""
 
 
+class _IcefloeHandler(logging.StreamHandler[TextIO]):
+    """The handler :func:`configure_logging` installs (and replaces when called again)."""
+
+
 def configure_logging(level: str = "INFO", log_format: LogFormat = "json") -> None:
-    """Send every logger's records to stderr, as JSON lines or text, from ``level`` up."""
-    handler = logging.StreamHandler(sys.stderr)
+    """Send every logger's records to stderr, as JSON lines or text, from ``level`` up.
+
+    Called again, it replaces its own handler; handlers others installed stay.
+    """
+    handler = _IcefloeHandler(sys.stderr)
     if log_format == "json":
         handler.setFormatter(JsonLogFormatter())
     else:
         handler.setFormatter(logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
-    root.handlers[:] = [handler]
+    root.handlers[:] = [h for h in root.handlers if not isinstance(h, _IcefloeHandler)]
+    root.addHandler(handler)
     root.setLevel(check_level(level))
     for name in _QUIET:
         logging.getLogger(name).setLevel(max(root.level, logging.WARNING))
+
+
+def add_log_arguments(parser: argparse.ArgumentParser, log_format: LogFormat = "text") -> None:
+    """``--log-level`` and ``--log-format`` for a command without a settings class (the
+    services get theirs, with environment variables, from their settings)."""
+    parser.add_argument("--log-level", type=check_level, default="INFO", help=LOG_LEVEL_HELP)
+    parser.add_argument(
+        "--log-format", choices=LOG_FORMATS, default=log_format, help=LOG_FORMAT_HELP
+    )
 
 
 def log_access(request: web.Request, status: int, elapsed_s: float, size: int | None) -> None:
@@ -122,6 +140,7 @@ __all__ = [
     "JsonLogFormatter",
     "LogFormat",
     "LogLevel",
+    "add_log_arguments",
     "check_level",
     "configure_logging",
     "log_access",
