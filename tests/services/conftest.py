@@ -28,6 +28,7 @@ from urllib.parse import urlencode
 
 import pytest
 import task_faults_daemon
+from coordinating import coordinator_config
 
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
@@ -244,20 +245,8 @@ def running_stack(kafka_broker: str, catalog_uri: str, warehouse: Path) -> Itera
     """A coordinator and a planner on their own topics over ``catalog_uri``."""
     prefix = f"spark{uuid.uuid4().hex[:8]}"
     coordinator = CoordinatorThread(
-        CoordinatorConfig(
-            brokers=kafka_broker,
-            catalog=catalog_uri,
-            events_topic=f"{prefix}.events",
-            results_topic=f"{prefix}.results",
-            dead_letter_topic=f"{prefix}.dead-letter",
-            group_id=f"{prefix}-coordinator",
-            topic_partitions=2,
-            session_timeout_ms=2000,
-            http_port=0,
-            http_host="127.0.0.1",
-            batch_max_wait_ms=50,
-            offset_commit_interval_ms=100,
-            log_format="text",
+        coordinator_config(
+            kafka_broker, catalog_uri, prefix, topic_partitions=2, batch_max_wait_ms=50
         )
     )
     coordinator.start()

@@ -9,52 +9,31 @@ cannot make a comparison vacuous.
 from __future__ import annotations
 
 import dataclasses
-import io
 import logging
 import uuid
 from decimal import Decimal
 
 import pytest
+from manifest_fixtures import PRIMITIVE_FIELDS, write_manifest
 
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import InvalidFileError
-from icefloe.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriter
+from icefloe.manifest import ManifestEntry, ManifestEntryStatus
 from icefloe.manifest_arrow import ArrowDecodeUnavailable, configured_decoder, decode_columns
 from icefloe.manifest_cache import CachedManifest
 from icefloe.manifest_list import ManifestContent, ManifestFile
 from icefloe.partition import PartitionSpec, PartitionSpecBuilder
 from icefloe.schema import Schema
 from icefloe.types import (
-    BinaryType,
-    BooleanType,
-    DateType,
-    DecimalType,
-    DoubleType,
     FixedType,
-    FloatType,
-    IntegerType,
-    LongType,
     NestedField,
-    StringType,
     TimestampNanoType,
-    TimestampType,
     TimestamptzType,
     TimeType,
-    UUIDType,
 )
 
 SCHEMA = Schema(
-    NestedField(1, "i", IntegerType()),
-    NestedField(2, "l", LongType(), required=True),
-    NestedField(3, "s", StringType()),
-    NestedField(4, "d", DoubleType()),
-    NestedField(5, "dt", DateType()),
-    NestedField(6, "dec", DecimalType(9, 2)),
-    NestedField(7, "u", UUIDType()),
-    NestedField(8, "b", BooleanType()),
-    NestedField(9, "bin", BinaryType()),
-    NestedField(10, "f", FloatType()),
-    NestedField(11, "ts", TimestampType()),
+    *PRIMITIVE_FIELDS,
     NestedField(12, "tstz", TimestamptzType()),
     NestedField(13, "t", TimeType()),
     NestedField(14, "fx", FixedType(3)),
@@ -120,19 +99,19 @@ def _manifest(
     existing: list[ManifestEntry] = (),  # type: ignore[assignment]
     deleted: list[ManifestEntry] = (),  # type: ignore[assignment]
 ) -> tuple[bytes, ManifestFile]:
-    buffer = io.BytesIO()
-    with ManifestWriter(
-        buffer, spec=spec, schema=SCHEMA, format_version=version, snapshot_id=42, content=content
-    ) as writer:
-        for f in files:
-            writer.add(f)
-        for e in existing:
-            writer.existing(e)
-        for e in deleted:
-            writer.delete(e)
-    row = writer.to_manifest_file("s3://b/t/metadata/m.avro", buffer.tell())
-    row = dataclasses.replace(row, sequence_number=sequence_number, first_row_id=first_row_id)
-    return buffer.getvalue(), row
+    return write_manifest(
+        [
+            *((ManifestEntryStatus.ADDED, f) for f in files),
+            *((ManifestEntryStatus.EXISTING, e) for e in existing),
+            *((ManifestEntryStatus.DELETED, e) for e in deleted),
+        ],
+        spec=spec,
+        schema=SCHEMA,
+        version=version,
+        content=content,
+        sequence_number=sequence_number,
+        first_row_id=first_row_id,
+    )
 
 
 def _check(data: bytes, row: ManifestFile, spec: PartitionSpec) -> CachedManifest:

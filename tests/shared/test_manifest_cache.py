@@ -21,6 +21,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from manifest_fixtures import PRIMITIVE_FIELDS, write_manifest
 
 from hypothesis_budget import examples
 from icefloe.binding import bind_reference, bind_term
@@ -61,7 +62,6 @@ from icefloe.snapshot import Snapshot
 from icefloe.types import (
     BinaryType,
     BooleanType,
-    DateType,
     DecimalType,
     DoubleType,
     FloatType,
@@ -70,24 +70,11 @@ from icefloe.types import (
     NestedField,
     PrimitiveType,
     StringType,
-    TimestampType,
     UUIDType,
 )
 from icefloe.values import to_bytes
 
-SCHEMA = Schema(
-    NestedField(1, "i", IntegerType()),
-    NestedField(2, "l", LongType(), required=True),
-    NestedField(3, "s", StringType()),
-    NestedField(4, "d", DoubleType()),
-    NestedField(5, "dt", DateType()),
-    NestedField(6, "dec", DecimalType(9, 2)),
-    NestedField(7, "u", UUIDType()),
-    NestedField(8, "b", BooleanType()),
-    NestedField(9, "bin", BinaryType()),
-    NestedField(10, "f", FloatType()),
-    NestedField(11, "ts", TimestampType()),
-)
+SCHEMA = Schema(*PRIMITIVE_FIELDS)
 SPEC = (
     PartitionSpecBuilder(SCHEMA)
     .add_field("i", "identity")
@@ -289,23 +276,25 @@ def write(
     schema: Schema = SCHEMA,
     path: str = "s3://bucket/metadata/m.avro",
 ) -> tuple[bytes, ManifestFile]:
-    buffer = io.BytesIO()
-    with ManifestWriter(
-        buffer, spec=spec, schema=schema, format_version=2, snapshot_id=SNAPSHOT_ID
-    ) as writer:
-        for f, status in zip(files, statuses):
-            if status == ManifestEntryStatus.ADDED:
-                writer.add(f)
-            else:
-                entry = ManifestEntry(status, SNAPSHOT_ID - 1, SEQ - 1, SEQ - 1, f)
-                if status == ManifestEntryStatus.EXISTING:
-                    writer.existing(entry)
-                else:
-                    writer.delete(entry)
-    manifest = writer.to_manifest_file(path, buffer.tell()).copy(
-        sequence_number=SEQ, min_sequence_number=SEQ - 1
+    """Files in their statuses, those not added by an older snapshot."""
+    entries = [
+        (
+            status,
+            f
+            if status == ManifestEntryStatus.ADDED
+            else ManifestEntry(status, SNAPSHOT_ID - 1, SEQ - 1, SEQ - 1, f),
+        )
+        for f, status in zip(files, statuses)
+    ]
+    return write_manifest(
+        entries,
+        spec=spec,
+        schema=schema,
+        snapshot_id=SNAPSHOT_ID,
+        path=path,
+        sequence_number=SEQ,
+        min_sequence_number=SEQ - 1,
     )
-    return buffer.getvalue(), manifest
 
 
 def oracle(

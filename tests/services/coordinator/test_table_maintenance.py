@@ -21,8 +21,9 @@ from typing import Any
 import aiohttp
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from coordinating import coordinator_config, raise_if_stopped, running_coordinator
 
-from icefloe.catalog import Table
+from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.coordinator.maintenance import CANDIDATES_EVENT_TYPE
@@ -50,9 +51,7 @@ POLLS = 600  # two minutes at most, on a busy machine
 
 async def _eventually(check: Any, what: str, coordinator_task: asyncio.Task[None]) -> None:
     for _ in range(POLLS):
-        if coordinator_task.done():
-            coordinator_task.result()
-            pytest.fail("the coordinator stopped on its own")
+        raise_if_stopped(coordinator_task)
         if await check():
             return
         await asyncio.sleep(POLL_S)
@@ -100,36 +99,32 @@ async def test_the_coordinator_keeps_a_streaming_table_healthy(
     two_hours_ago = time.time() - 7200
     os.utime(orphan, (two_hours_ago, two_hours_ago))
 
-    config = CoordinatorConfig(
-        brokers=kafka_broker,
-        catalog=uri,
-        events_topic=f"{prefix}.events",
-        results_topic=f"{prefix}.results",
-        dead_letter_topic=f"{prefix}.dead-letter",
-        maintenance_topic=f"{prefix}.maintenance",
-        group_id=f"{prefix}-coordinator",
+    config = coordinator_config(
+        kafka_broker,
+        uri,
+        prefix,
         topic_partitions=2,
-        session_timeout_ms=2000,
-        http_port=0,
-        http_host="127.0.0.1",
         batch_max_files=1,  # one snapshot per commit: the worst case for a table's history
         batch_max_wait_ms=0,
-        offset_commit_interval_ms=100,
-        log_format="text",
         maintenance_interval_ms=300,
         maintenance_min_retain_ms=0,
     )
-    coordinator = Coordinator(config)
-    task = asyncio.create_task(coordinator.run())
+    async with running_coordinator(config) as (coordinator, task):
+        await _stream_and_check(config, coordinator, task, catalog, table, orphan)
 
-    async def ready() -> bool:
-        return coordinator.ready
 
-    await _eventually(ready, "the consumer to join", task)
-    producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all", linger_ms=5)
+async def _stream_and_check(
+    config: CoordinatorConfig,
+    coordinator: Coordinator,
+    task: asyncio.Task[None],
+    catalog: Catalog,
+    table: Table,
+    orphan: Path,
+) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=config.brokers, acks="all", linger_ms=5)
     await producer.start()
     candidates = AIOKafkaConsumer(
-        bootstrap_servers=kafka_broker, group_id=None, auto_offset_reset="earliest"
+        bootstrap_servers=config.brokers, group_id=None, auto_offset_reset="earliest"
     )
     await candidates.start()
     sent: Counter[str] = Counter()
@@ -219,6 +214,4 @@ async def test_the_coordinator_keeps_a_streaming_table_healthy(
     finally:
         await candidates.stop()
         await producer.stop()
-        coordinator.request_stop()
-        await task
         await catalog.close()

@@ -21,6 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from coordinating import coordinator_config, raise_if_stopped, running_coordinator
 from rest_catalog_server import (
     READ,
     Server,
@@ -229,8 +230,6 @@ def test_appends_through_rest_while_the_coordinator_commits(
     table: every file of both lands exactly once, along one line of snapshots."""
     from aiokafka import AIOKafkaProducer
 
-    from icefloe.coordinator.config import CoordinatorConfig
-    from icefloe.coordinator.service import Coordinator
     from icefloe.events import (
         CommitOperation,
         CommitRequested,
@@ -254,27 +253,11 @@ def test_appends_through_rest_while_the_coordinator_commits(
     coordinator_files: list[str] = []
 
     async def coordinate() -> None:
-        config = CoordinatorConfig(
-            brokers=kafka_broker,
-            catalog=uri,
-            events_topic=f"{prefix}.events",
-            results_topic=f"{prefix}.results",
-            dead_letter_topic=f"{prefix}.dead-letter",
-            group_id=f"{prefix}-coordinator",
-            topic_partitions=1,
-            session_timeout_ms=2000,
-            http_port=0,
-            http_host="127.0.0.1",
-            batch_max_wait_ms=20,
-            offset_commit_interval_ms=100,
-            log_format="text",
-        )
-        coordinator = Coordinator(config)
-        task = asyncio.create_task(coordinator.run())
-        while not coordinator.ready:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.05)
+        config = coordinator_config(kafka_broker, uri, prefix)
+        async with running_coordinator(config) as (_, task):
+            await feed(task)
+
+    async def feed(task: asyncio.Task[None]) -> None:
         catalog = load_catalog(uri)
         producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all")
         await producer.start()
@@ -310,13 +293,10 @@ def test_appends_through_rest_while_the_coordinator_commits(
                 live = await live_files(catalog, name)
                 if set(coordinator_files) <= set(live):
                     break
-                if task.done():
-                    task.result()
+                raise_if_stopped(task)
                 await asyncio.sleep(0.1)
         finally:
             await producer.stop()
-            coordinator.request_stop()
-            await task
             await catalog.close()
 
     with ThreadPoolExecutor(3) as pool:
