@@ -32,23 +32,19 @@ DEFAULT_MIN_RETAIN_MS = 86_400_000
 
 def add_arguments(tsub: Any, with_catalog: Any) -> None:
     """Add the subcommands to ``icefloe table``'s subparsers."""
-    p = with_catalog(tsub.add_parser("health", help="health figures and next maintenance"))
-    p.add_argument("table", help="namespace.table")
-    p.add_argument(
-        "--min-retain-ms",
-        type=int,
-        default=DEFAULT_MIN_RETAIN_MS,
-        help="retention window expiry never enters (the coordinator's dedup window)",
-    )
-    p = with_catalog(tsub.add_parser("maintain", help="run the table's maintenance policy now"))
-    p.add_argument("table", help="namespace.table")
-    p.add_argument(
-        "--min-retain-ms",
-        type=int,
-        default=DEFAULT_MIN_RETAIN_MS,
-        help="expiry keeps every snapshot younger than this (the coordinator's dedup window)",
-    )
-    add_log_arguments(p)
+    for name, what in (
+        ("health", "health figures and next maintenance"),
+        ("maintain", "run the table's maintenance policy now"),
+    ):
+        p = with_catalog(tsub.add_parser(name, help=what))
+        p.add_argument("table", help="namespace.table")
+        p.add_argument(
+            "--min-retain-ms",
+            type=int,
+            default=DEFAULT_MIN_RETAIN_MS,
+            help="expiry keeps every snapshot younger than this (the coordinator's dedup window)",
+        )
+    add_log_arguments(p)  # maintain runs for a while: it logs as it goes
     p = with_catalog(tsub.add_parser("compact", help="compact small files with Spark"))
     p.add_argument("table", help="namespace.table")
     p.add_argument("--where", help="limit to rows matching this filter (expression JSON)")
