@@ -125,8 +125,9 @@ def source_key(topic: str, partition: int) -> str:
 class CommitHooks:
     """An observer of a commit's stages (see the module docstring); this one does nothing.
 
-    ``stages`` names the stages an observer wants to hear about: ``after-metadata`` costs a
-    FileIO wrapper (:func:`install_commit_hooks`), so it is only installed when asked for.
+    ``after-manifests`` and ``after-swap`` are always reported; ``after-metadata`` only to
+    observers that list it in ``stages``, since seeing it costs a FileIO wrapper
+    (:func:`install_commit_hooks`).
     """
 
     stages: frozenset[str] = frozenset()
