@@ -146,17 +146,32 @@ def scan_tasks_members(plan: ScanPlan, start: int, stop: int) -> bytes:
 
     The same JSON value as :func:`scan_tasks_json` (a plan that asks for column stats is
     written by it)."""
+    return scan_tasks_wrapped(plan, start, stop, b"", b"")
+
+
+def scan_tasks_wrapped(
+    plan: ScanPlan, start: int, stop: int, prefix: bytes, suffix: bytes
+) -> bytes:
+    """``prefix``, the members of :func:`scan_tasks_members`, then ``suffix``, joined in one
+    copy: a page of a full plan is megabytes, and every concatenation of it costs a fresh
+    allocation of that size (for a server, the response body is ``{``, members, ``}``)."""
     if plan.stats_field_ids:
         text = json.dumps(scan_tasks_json(plan, start, stop), separators=(",", ":"))
-        return text[1:-1].encode("utf-8")
+        return prefix + text[1:-1].encode("utf-8") + suffix
     deletes = _DeleteFiles(plan)
-    chunks = [_piece(plan, m, rows, deletes) for m, rows in plan.pieces(start, stop)]
-    tasks = b"".join(chunks)[:-1]  # each task text ends with a comma
-    out = b'"file-scan-tasks":[' + tasks + b"]"
+    chunks: list[Any] = [prefix, b'"file-scan-tasks":[']
+    chunks += [_piece(plan, m, rows, deletes) for m, rows in plan.pieces(start, stop)]
+    last = len(chunks) - 1
+    while last > 1 and not len(chunks[last]):
+        last -= 1
+    if last > 1:
+        chunks[last] = memoryview(chunks[last])[:-1]  # each task text ends with a comma
+    chunks.append(b"]")
     if deletes.files:
         files = json.dumps(deletes.files, separators=(",", ":")).encode("utf-8")
-        out += b',"delete-files":' + files
-    return out
+        chunks += [b',"delete-files":', files]
+    chunks.append(suffix)
+    return b"".join(chunks)
 
 
 def page_is_written(plan: ScanPlan, start: int, stop: int) -> bool:
@@ -172,7 +187,7 @@ def page_is_written(plan: ScanPlan, start: int, stop: int) -> bool:
 
 def scan_tasks_bytes(plan: ScanPlan, start: int, stop: int) -> bytes:
     """The ``ScanTasks`` object of tasks ``start``..``stop`` as UTF-8 JSON text."""
-    return b"{" + scan_tasks_members(plan, start, stop) + b"}"
+    return scan_tasks_wrapped(plan, start, stop, b"{", b"}")
 
 
 def _text(value: str) -> Any:
@@ -199,8 +214,9 @@ class _Rows:
         return self.cut(self.m.column(name))
 
 
-def _piece(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) -> bytes:
-    """The task texts (each followed by a comma) of rows ``rows`` of manifest ``m``."""
+def _piece(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) -> Any:
+    """The task texts (each followed by a comma) of rows ``rows`` of manifest ``m``: bytes,
+    or an Arrow buffer of them (not copied until the page is joined)."""
     n = len(rows)
     if n == 0:
         return b""
@@ -334,8 +350,9 @@ def _piece_per_file(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _Dele
     return "".join(out).encode("utf-8")
 
 
-def _string_bytes(array: Any) -> bytes:
-    """The concatenated UTF-8 bytes of a string array without nulls (one copy)."""
+def _string_bytes(array: Any) -> Any:
+    """The concatenated UTF-8 bytes of a string array without nulls, as a bytes-like Arrow
+    buffer sharing the array's memory (no copy)."""
     _, offsets_buffer, data = array.buffers()
     if data is None or len(array) == 0:
         return b""
@@ -343,7 +360,7 @@ def _string_bytes(array: Any) -> bytes:
         pa.int32(), len(array) + 1, [None, offsets_buffer], 0, array.offset
     )
     first, last = offsets[0].as_py(), offsets[len(array)].as_py()
-    return data.slice(first, last - first).to_pybytes()
+    return data.slice(first, last - first)
 
 
 def _json_strings(array: Any) -> Any:
@@ -571,4 +588,5 @@ __all__ = [
     "scan_tasks_bytes",
     "scan_tasks_json",
     "scan_tasks_members",
+    "scan_tasks_wrapped",
 ]

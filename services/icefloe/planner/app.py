@@ -86,7 +86,7 @@ from icefloe.planner.write_config import RestCatalogSettings
 from icefloe.runtime.http import ServiceHttp
 from icefloe.runtime.logs import configure_logging, log_access
 from icefloe.scan import ScanPlan, plan_scan
-from icefloe.scan_json import page_is_written, scan_tasks_members
+from icefloe.scan_json import page_is_written, scan_tasks_wrapped
 
 log = logging.getLogger(__name__)
 
@@ -853,23 +853,25 @@ class PlannerService:
 
     async def _completed(self, stored: StoredPlan, *, with_id: bool = False) -> bytes:
         """The completed-plan body: status, the first page's tasks, the other pages' tokens."""
-        page = await self._page(stored.plan, 0, stored.page_size)
         head: dict[str, Any] = {"status": "completed"}
         if with_id:
             head["plan-id"] = stored.plan_id
         tokens = stored.tokens()
         if tokens:
             head["plan-tasks"] = tokens
-        return json.dumps(head).encode("utf-8")[:-1] + b"," + page + b"}"
+        prefix = json.dumps(head).encode("utf-8")[:-1] + b","
+        return await self._page(stored.plan, 0, stored.page_size, prefix, b"}")
 
-    async def _page(self, plan: ScanPlan, start: int, stop: int) -> bytes:
-        """The members of a ScanTasks object (JSON text), written in a worker thread unless
-        it is a handful of tasks or slices of texts already written (a thread hop costs
-        more than those)."""
+    async def _page(
+        self, plan: ScanPlan, start: int, stop: int, prefix: bytes, suffix: bytes
+    ) -> bytes:
+        """``prefix``, the members of a ScanTasks object (JSON text), ``suffix``: joined in
+        one copy (a page is megabytes), written in a worker thread unless it is a handful of
+        tasks or slices of texts already written (a thread hop costs more than those)."""
         if min(stop, len(plan)) - start <= 16 or page_is_written(plan, start, stop):
-            return scan_tasks_members(plan, start, stop)
+            return scan_tasks_wrapped(plan, start, stop, prefix, suffix)
         async with self._cpu_slots:
-            return await asyncio.to_thread(scan_tasks_members, plan, start, stop)
+            return await asyncio.to_thread(scan_tasks_wrapped, plan, start, stop, prefix, suffix)
 
     async def _resolve(
         self, ident: TableIdentifier, plan_id: str, error_type: str, what: str
@@ -962,9 +964,9 @@ class PlannerService:
                 f"{stored.pages - 1} besides the first",
             )
         start = page * stored.page_size
-        body_out = await self._page(stored.plan, start, start + stored.page_size)
+        body_out = await self._page(stored.plan, start, start + stored.page_size, b"{", b"}")
         self.plans.page_fetched(stored, page)
-        return _json_bytes_response(b"{" + body_out + b"}")
+        return _json_bytes_response(body_out)
 
 
 def _table_key(ident: TableIdentifier) -> str:
