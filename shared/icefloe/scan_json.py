@@ -2,7 +2,7 @@
 
 A full plan of a million files is a million ``file-scan-tasks``. Building a ``DataFile``,
 then a dict, then JSON text per file costs tens of microseconds each: most of a warm full
-plan. :func:`scan_tasks_members` writes the same JSON from the plan's Arrow columns instead:
+plan. :func:`scan_tasks_wrapped` writes the same JSON from the plan's Arrow columns instead:
 each field of the ``data-file`` object is one string array made by Arrow kernels (numbers
 cast to text, paths quoted, partition values and file formats converted once per distinct
 value and spread with ``take``), and one ``binary_join_element_wise`` glues the fields into
@@ -139,22 +139,15 @@ def scan_tasks_json(plan: ScanPlan, start: int, stop: int) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 
 
-def scan_tasks_members(plan: ScanPlan, start: int, stop: int) -> bytes:
-    """The members of the ``ScanTasks`` object of tasks ``start``..``stop`` as UTF-8 JSON
-    text without the braces (``"file-scan-tasks":[…]`` and, when deletes apply,
-    ``,"delete-files":[…]``), so a response can add its own members around them.
-
-    The same JSON value as :func:`scan_tasks_json` (a plan that asks for column stats is
-    written by it)."""
-    return scan_tasks_wrapped(plan, start, stop, b"", b"")
-
-
 def scan_tasks_wrapped(
     plan: ScanPlan, start: int, stop: int, prefix: bytes, suffix: bytes
 ) -> bytes:
-    """``prefix``, the members of :func:`scan_tasks_members`, then ``suffix``, joined in one
-    copy: a page of a full plan is megabytes, and every concatenation of it costs a fresh
-    allocation of that size (for a server, the response body is ``{``, members, ``}``)."""
+    """``prefix``, the members of the ``ScanTasks`` object of tasks ``start``..``stop``
+    (``"file-scan-tasks":[…]`` and, when deletes apply, ``,"delete-files":[…]``), then
+    ``suffix``, joined in one copy: a page of a full plan is megabytes, and every
+    concatenation of it costs a fresh allocation of that size (for a server, the response
+    body is ``{``, members, ``}``). The same JSON value as :func:`scan_tasks_json` (a plan
+    that asks for column stats is written by it)."""
     if plan.stats_field_ids:
         text = json.dumps(scan_tasks_json(plan, start, stop), separators=(",", ":"))
         return prefix + text[1:-1].encode("utf-8") + suffix
@@ -587,6 +580,5 @@ __all__ = [
     "same_filter",
     "scan_tasks_bytes",
     "scan_tasks_json",
-    "scan_tasks_members",
     "scan_tasks_wrapped",
 ]
