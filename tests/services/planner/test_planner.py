@@ -32,9 +32,10 @@ from icefloe.fileio import LocalFileIO
 from icefloe.metadata_builder import LAST_ADDED, MetadataBuilder
 from icefloe.parquet import write_files
 from icefloe.partition import PartitionSpecBuilder
-from icefloe.planner.app import OPENAPI_FILE, PlannerService, PlanStore
+from icefloe.planner.app import OPENAPI_FILE, PlannerService
 from icefloe.planner.config import PlannerConfig, add_arguments, overrides_from_args
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
+from icefloe.planner.plans import PlanStore
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState, is_newer
 from icefloe.schema import Schema
 from icefloe.snapshot import SnapshotRef
