@@ -21,6 +21,7 @@ import yaml
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.planner.config import PlannerConfig
 
@@ -515,7 +516,9 @@ def test_notes_warn_about_idle_replicas_and_an_open_planner(tmp_path: Path) -> N
 
 # Each example runs helm; shrinking a failure would run it hundreds of times, and the
 # failing values are readable unshrunk.
-@settings(max_examples=12, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
+@settings(
+    max_examples=examples(12), deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate)
+)
 @given(
     max_files=st.integers(1, 10**9),
     max_bytes=st.integers(1, 1 << 50),

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.hypothesis_budget import examples
 
+from hypothesis_budget import examples
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.commit import RetryPolicy
 from icefloe.coordinator import service

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.coordinator.batcher import (
     BATCH_MAX_BYTES,
     BATCH_MAX_FILES,
@@ -332,7 +333,7 @@ def test_offset_set_minimum_matches_a_plain_set(ops: list[tuple[bool, int]]) -> 
 _OPS = st.sampled_from(["append", "overwrite", "stream", "orphan"])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(st.tuples(_OPS, st.integers(1, 4)), min_size=1, max_size=25),
     st.integers(1, 6),

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.batcher import PendingFiles, Unit
@@ -649,7 +650,7 @@ async def test_crash_points_kill_the_process_at_the_named_step(
 
 
 @settings(
-    max_examples=12,
+    max_examples=examples(12),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog_uri import load_catalog
 from icefloe.dev.bench import BenchContext, Kind
 from icefloe.dev.bench_commits import (
@@ -57,7 +58,7 @@ def local_contender(tmp_path: Path, runner: asyncio.Runner) -> IcefloeContender:
 # -- the appended files ---------------------------------------------------------------------
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.integers(1, 16).flatmap(lambda n: st.tuples(st.just(n), st.integers(n, 200))))
 def test_appends_are_split_evenly_over_the_committers(case: tuple[int, int]) -> None:
     committers, appends = case

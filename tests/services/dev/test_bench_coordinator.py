@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.coordinator.config import CoordinatorConfig, add_arguments, overrides_from_args
 from icefloe.dev.bench import BenchContext, Kind
 from icefloe.dev.bench_commits import RECORDS_PER_FILE, SCHEMA, SPEC
@@ -67,7 +68,7 @@ def state_of(events: list[StreamEvent], snapshots: int | None = None) -> TableSt
 # -- the file stream -------------------------------------------------------------------------
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.integers(1, 7), st.integers(1, 60), st.integers(1, 4))
 def test_the_stream_goes_round_robin_with_unique_files(
     tables: int, events: int, files_per_event: int
@@ -139,7 +140,7 @@ def test_events_are_complete_files_written_that_decode_to_the_streams_files() ->
 # -- percentiles -------------------------------------------------------------------------------
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(
     st.lists(st.integers(0, 10_000), min_size=1, max_size=200),
     st.floats(0.001, 1.0, allow_nan=False),

@@ -30,6 +30,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.dev.local_stack import (
@@ -504,7 +505,7 @@ _SHELL_SAFE_TEXT = st.text(
 )
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.dictionaries(st.from_regex(r"ICEFLOE_[A-Z_]{1,12}", fullmatch=True), _SHELL_SAFE_TEXT))
 def test_exports_survive_a_shell_round_trip(env: dict[str, str]) -> None:
     script = format_exports(env) + 'for n in "$@"; do printf "%s\\0" "${!n}"; done\n'

@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import Table, TableIdentifier
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.datafile import DataFile, DataFileContent
@@ -967,7 +968,7 @@ def server(world: World) -> Iterator[str]:
 
 
 @settings(
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
@@ -1005,7 +1006,7 @@ def test_schemathesis_finds_no_server_errors(server: str) -> None:
     for operation in operations:
 
         @settings(
-            max_examples=25,
+            max_examples=examples(25),
             deadline=None,
             suppress_health_check=list(HealthCheck),
             database=None,

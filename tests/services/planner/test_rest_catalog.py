@@ -23,6 +23,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.catalog_uri import load_catalog
@@ -731,7 +732,7 @@ def test_schemathesis_finds_no_server_errors_in_the_write_routes(threaded_server
     for operation in operations:
 
         @settings(
-            max_examples=30,
+            max_examples=examples(30),
             deadline=None,
             suppress_health_check=list(HealthCheck),
             database=None,
@@ -800,7 +801,7 @@ def test_schemathesis_finds_no_server_errors_in_the_write_routes(threaded_server
         max_size=4,
     ),
 )
-@settings(max_examples=150, deadline=None, database=None)
+@settings(max_examples=examples(150), deadline=None, database=None)
 def test_fuzzed_commits_never_answer_5xx_and_refusals_change_nothing(
     threaded_server: str, requirements: Any, updates: Any
 ) -> None:

@@ -28,6 +28,7 @@ from hypothesis import strategies as hs
 from pyspark.sql import SparkSession
 
 import icefloe.spark as ispark
+from hypothesis_budget import examples
 from icefloe.arrow_schema import FIELD_ID_KEY, to_arrow_array
 from icefloe.binding import bind
 from icefloe.catalog import TableIdentifier
@@ -168,7 +169,7 @@ def _arrow_table(rows: list[tuple[Any, ...]]) -> pa.Table:
     return pa.table(columns)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(rows=hs.lists(_struct_row, max_size=25), expr=_expressions)
 def test_arrow_filters_agree_with_the_row_evaluator(
     rows: list[tuple[Any, ...]], expr: BooleanExpression
@@ -182,7 +183,7 @@ def test_arrow_filters_agree_with_the_row_evaluator(
 _keys = hs.tuples(hs.none() | hs.integers(0, 3), hs.none() | hs.sampled_from(["x", "y"]))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(data=hs.lists(_keys, max_size=30), deletes=hs.lists(_keys, max_size=6))
 def test_equality_deletes_match_null_to_null(
     data: list[tuple[Any, Any]], deletes: list[tuple[Any, Any]]

@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from task_faults import FirstAttemptFails, InjectedFault, fault
 
 import icefloe.spark as ispark
+from hypothesis_budget import examples
 from icefloe.errors import ValidationError
 from icefloe.expressions import EqualTo
 from icefloe.parquet import read_data_file
@@ -229,7 +230,7 @@ _ROW = hs.tuples(
 # examples are drawn; hypothesis warns about any such use, though generation is unaffected.
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 @settings(
-    max_examples=3,
+    max_examples=examples(3),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
