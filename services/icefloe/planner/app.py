@@ -221,6 +221,7 @@ class _StateCollector:
             ("cache_misses", stats.misses, "manifest cache misses"),
             ("cache_evictions", stats.evictions, "manifests evicted from the cache"),
             ("cache_read_bytes", stats.bytes_read, "bytes of manifests and lists read"),
+            ("plans_dropped_for_memory", s.plans.dropped_for_memory, "plans dropped for room"),
         ):
             counter = CounterMetricFamily(f"icefloe_planner_{name}", doc)
             counter.add_metric([], value)
@@ -230,7 +231,9 @@ class _StateCollector:
             ("cache_max_bytes", stats.max_bytes, "manifest cache budget"),
             ("cache_entries", stats.entries, "manifest lists and manifests cached"),
             ("plans", len(s.plans), "plans held for plan-task fetches"),
-            ("plan_bytes", s.plans.bytes, "bytes of the selected rows held plans keep"),
+            ("plan_bytes", s.plans.bytes, "bytes held plans keep outside the cache"),
+            ("plan_pinned_bytes", s.plans.pinned_bytes, "manifest bytes held plans pin"),
+            ("memory_bytes", stats.held_bytes, "decoded manifests in memory: cache + plans"),
             ("tables", len(s.refresher.tables), "tables held in memory"),
         ):
             gauge = GaugeMetricFamily(f"icefloe_planner_{name}", doc)
@@ -297,7 +300,11 @@ class PlannerService:
             clock=clock,
         )
         self.plans = PlanStore(
-            config.plan_ttl_ms / 1000.0, config.max_plans, clock, config.plan_max_bytes
+            config.plan_ttl_ms / 1000.0,
+            config.max_plans,
+            clock,
+            min(config.plan_max_bytes, config.cache_max_bytes),
+            memory=self.cache,
         )
         if plan_secret is None:
             given = config.plan_secret.get_secret_value() if config.plan_secret else None
