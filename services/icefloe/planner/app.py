@@ -83,6 +83,7 @@ from icefloe.planner.tokens import (
 from icefloe.planner.write_config import RestCatalogSettings
 from icefloe.runtime.http import ServiceHttp
 from icefloe.runtime.logs import configure_logging, log_access
+from icefloe.runtime.released_body import json_bytes_response
 from icefloe.scan import ScanPlan, plan_scan
 from icefloe.scan_json import page_is_written, scan_tasks_wrapped
 
@@ -873,7 +874,8 @@ def _parse_plan_request(raw: bytes) -> tuple[PlanRequest, Any]:
 
 
 def _json_bytes_response(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
+    # Released once written: an idle keep-alive connection would hold its last page.
+    return json_bytes_response(body)
 
 
 def unsupported_operation(request: web.Request, *, head: bool = False) -> web.Response:
