@@ -68,6 +68,7 @@ from icefloe.metadata import TableMetadata
 from icefloe.model import describe_problems
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError, error_response
+from icefloe.planner.memory import use_arrow_allocator
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
 from icefloe.planner.plans import PlanStore, StoredPlan
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
@@ -941,6 +942,7 @@ async def serve(
     """Run until SIGINT or SIGTERM (or, for a worker, until its supervisor is gone)."""
     import os
 
+    use_arrow_allocator(config.arrow_allocator)
     service = PlannerService(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -83,6 +83,11 @@ class PlannerConfig(BaseSettings, KafkaSettings):
         "leave the cache no room, the oldest plans are dropped and planned again from their "
         "signed plan-task tokens when fetched",
     )
+    arrow_allocator: Literal["jemalloc", "mimalloc", "system"] = Field(
+        "jemalloc",
+        description="allocator of Arrow buffers; jemalloc returns freed pages at once "
+        "(mimalloc, pyarrow's default, keeps the page writer's buffers: about 60 MiB more)",
+    )
     max_request_bytes: int = Field(
         1 << 20, ge=1024, description="largest request body (filters included): 413 above"
     )
