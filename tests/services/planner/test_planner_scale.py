@@ -248,7 +248,10 @@ def test_the_service_benchmark_runs_every_client_level() -> None:
     assert sum("healthz p99" in note for note in ctx.notes) == 2 * len(CLIENT_LEVELS)
     assert sum("plan p50" in note for note in ctx.notes) == 2 * len(CLIENT_LEVELS)
     assert sum("full plan over HTTP, 60 tasks" in note for note in ctx.notes) == 2
-    assert sum("Overhead (RSS - cache bytes - plan bytes" in note for note in ctx.notes) == 2
+    curves = [note for note in ctx.notes if "Held full plans" in note]
+    assert len(curves) == 2
+    assert all(f"; {held}: " in note for note in curves for held in (10, 40, 100, 400))
+    assert all("Overhead at most" in note for note in curves)
 
 
 async def test_worker_processes_share_one_port_and_serve_each_others_tokens(
