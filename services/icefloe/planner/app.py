@@ -82,6 +82,7 @@ from icefloe.planner.tokens import (
     parse_plan_task,
 )
 from icefloe.planner.write_config import RestCatalogSettings
+from icefloe.runtime.byte_budget import ByteBudget
 from icefloe.runtime.http import ServiceHttp
 from icefloe.runtime.logs import configure_logging, log_access
 from icefloe.runtime.released_body import json_bytes_response
@@ -89,6 +90,10 @@ from icefloe.scan import ScanPlan, plan_scan
 from icefloe.scan_json import page_is_written, scan_tasks_wrapped
 
 log = logging.getLogger(__name__)
+
+# Request bodies of the largest size (ICEFLOE_PLANNER_MAX_REQUEST_BYTES) held at once; small
+# bodies (a selective filter is a few hundred bytes) share the same bytes by the thousand.
+BODIES_IN_FLIGHT = 16
 
 # Request bodies above this are parsed (JSON, validation, filter) in a worker thread.
 OFFLOAD_BODY_BYTES = 32 << 10
@@ -328,6 +333,8 @@ class PlannerService:
         # loop runs each one's parsing, token and small plans itself, and a /healthz probe
         # waits behind every handler step queued before it. Queued requests cost nothing.
         self._admission = asyncio.Semaphore(2 * config.planning_concurrency)
+        # Request bodies in memory at once: the body limit for each of a few dozen requests.
+        self._bodies = ByteBudget(BODIES_IN_FLIGHT * config.max_request_bytes)
         self.wall_clock = wall_clock
         self.consumer: TableCommittedFeed | None = None
         if config.brokers:
@@ -456,7 +463,13 @@ class PlannerService:
         try:
             if request.path.startswith("/v1/"):
                 self._authorize(request)
-            response = await handler(request)
+            if request.body_exists:
+                # Bodies waiting for admission are bounded too (see icefloe.runtime.byte_budget).
+                size = request.content_length or self.config.max_request_bytes
+                async with self._bodies.reserve(size):
+                    response = await handler(request)
+            else:
+                response = await handler(request)
         except ApiError as e:
             response = error_response(e.code, e.error_type, e.message, head=head)
         except web.HTTPException as e:
