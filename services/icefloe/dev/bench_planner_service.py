@@ -192,6 +192,9 @@ async def _serve(
         "ICEFLOE_PLANNER_ACCESS_LOG": "false",
         "ICEFLOE_PLANNER_PLAN_SECRET": "bench secret, sixteen bytes or more",
         "ICEFLOE_PLANNER_LOG_LEVEL": "WARNING",
+        # One budget for cached and held manifests: a full plan pins the whole table, so
+        # the budget must hold it (about 570 bytes per entry) for the plan to be held.
+        "ICEFLOE_PLANNER_CACHE_MAX_BYTES": str(cache_budget(files)),
     }
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "icefloe.cli", "planner", env=env
@@ -273,12 +276,19 @@ async def _serve(
             for held, rss, cache, outside, pinned, used in curve
         )
         + f". Overhead at most {max(overheads) / workers / 2**20:.0f} MiB per process over "
-        "the levels and the held plans (budget: cache + plans within cache_max_bytes, 512 MiB)"
+        "the levels and the held plans (budget: cache + plans within cache_max_bytes, "
+        f"{cache_budget(files) / 2**20:.0f} MiB)"
     )
     return figures
 
 
 HELD_PLANS = (0, 10, 40, 100, 400)
+
+
+def cache_budget(files: int) -> int:
+    """The planner's default budget (512 MiB), or 1 KiB per file where that is more (a
+    1M-file table's decoded manifests, about 570 MB, do not fit in 512 MiB)."""
+    return max(512 << 20, files << 10)
 
 
 async def _held_curve(
