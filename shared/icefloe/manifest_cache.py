@@ -3,11 +3,20 @@
 Manifest lists and manifests never change once written, so their decoded contents can be
 kept by path for as long as memory allows. Manifests are kept as
 :class:`~icefloe.cached_manifest.CachedManifest` (Arrow columns), which
-:mod:`icefloe.file_pruner` prunes in bulk; lists as their rows. The cache is bounded by a
-byte budget (least recently used entries are dropped first), shares the load of one path
-between concurrent plans, optionally persists decoded manifests on disk
+:mod:`icefloe.file_pruner` prunes in bulk; lists as their rows. The cache shares the load of
+one path between concurrent plans, optionally persists decoded manifests on disk
 (:mod:`icefloe.manifest_store`), and counts hits, misses, evictions and bytes for the
 planner's metrics.
+
+The byte budget is one budget for every decoded manifest the process holds, not only for
+the cache's entries: plans held for paging *pin* the manifests they select from (the
+cached manifests themselves for a full scan, compact copies for a selective one), and a
+pinned manifest stays in memory whether or not the cache still lists it. So the cache
+counts each manifest once, whoever holds it: its entries, plus pinned manifests it does not
+list, plus bytes holders :meth:`charge` (a page written ahead). Eviction takes the least
+recently used entries nobody pins (evicting a pinned one would free nothing), so entries
+plus pinned bytes stay within ``max_bytes`` as long as holders keep their pins within a
+share of it (the planner's plan store does: see ``icefloe.planner.plans``).
 
 The names of the modules this one was split into are re-exported, so older imports work.
 """
@@ -64,6 +73,14 @@ class CacheStats:
     bytes: int
     max_bytes: int
     bytes_read: int
+    pinned_bytes: int = 0  # distinct bytes pinned by holders (plans), cached or not
+    outside_bytes: int = 0  # pinned bytes the cache does not list, plus charged bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """Every decoded manifest byte in memory, counted once: at most ``max_bytes`` while
+        holders keep their pins within their share."""
+        return self.bytes + self.outside_bytes
 
 
 class _ManifestList:
@@ -106,7 +123,17 @@ class ManifestCache:
         self.store = store
         self._items: OrderedDict[str, Any] = OrderedDict()
         self._bytes = 0
+        # Pinned manifests by identity: [manifest, pins]. Identity, since a plan's compact
+        # copy shares its path with the cached manifest it was cut from.
+        self._pins: dict[int, list[Any]] = {}
+        self._pinned_bytes = 0  # distinct pinned manifests, cached or not
+        self._outside_bytes = 0  # pinned manifests not cached, plus charged bytes
         self._lock = threading.Lock()
+        # Called (outside the lock, from any thread) when pinned manifests leave no room, or
+        # the bytes held outside the entries grew (a pinned entry evicted or derived a
+        # column): the plan store checks its share and drops its oldest plans. Unset, the
+        # cache just holds what is pinned.
+        self.on_pressure: Callable[[], None] | None = None
         self._loading: dict[str, asyncio.Future[Any]] = {}
         self._semaphore = asyncio.Semaphore(load_concurrency)
         self._hits = 0
@@ -126,15 +153,89 @@ class ManifestCache:
                 bytes=self._bytes,
                 max_bytes=self.max_bytes,
                 bytes_read=self._bytes_read,
+                pinned_bytes=self._pinned_bytes,
+                outside_bytes=self._outside_bytes,
             )
 
     def clear(self) -> None:
+        moved = False
         with self._lock:
             for value in self._items.values():
                 if isinstance(value, CachedManifest):
-                    value._on_grow = None
+                    if id(value) in self._pins:
+                        self._outside_bytes += int(value.nbytes)  # its holders keep it
+                        moved = True
+                    else:
+                        value._on_grow = None
             self._items.clear()
             self._bytes = 0
+        if moved:
+            self._pressure()
+
+    def _pressure(self) -> None:
+        if self.on_pressure is not None:
+            self.on_pressure()
+
+    # -- pins (the one budget) ----------------------------------------------------------------
+
+    def pin(self, manifests: Sequence[CachedManifest]) -> None:
+        """Count ``manifests`` as held (by a plan) until :meth:`unpin`: each distinct one once,
+        whether the cache lists it or not; pinned entries are not evicted (that would free
+        nothing). Pins nest: a manifest pinned twice is unpinned twice."""
+        with self._lock:
+            for m in manifests:
+                found = self._pins.get(id(m))
+                if found is not None:
+                    found[1] += 1
+                    continue
+                self._pins[id(m)] = [m, 1]
+                size = int(m.nbytes)
+                self._pinned_bytes += size
+                if not self._cached(m):
+                    self._outside_bytes += size
+                    m._on_grow = self._grow_callback(m)
+            self._evict()
+
+    def unpin(self, manifests: Sequence[CachedManifest]) -> None:
+        """Release pins taken by :meth:`pin`; a manifest no longer pinned and not cached is
+        no longer counted (its memory goes with its last reference)."""
+        with self._lock:
+            for m in manifests:
+                found = self._pins.get(id(m))
+                if found is None or found[0] is not m:
+                    continue
+                found[1] -= 1
+                if found[1] > 0:
+                    continue
+                del self._pins[id(m)]
+                size = int(m.nbytes)
+                self._pinned_bytes -= size
+                if not self._cached(m):
+                    self._outside_bytes -= size
+                    m._on_grow = None
+
+    def over_budget(self) -> bool:
+        """Whether entries and outside bytes exceed ``max_bytes`` with every entry nobody
+        pins evicted: then only a holder releasing pins (a plan store dropping plans) can
+        bring memory back within the budget."""
+        with self._lock:
+            self._evict()
+            return self._bytes + self._outside_bytes > self.max_bytes
+
+    def charge(self, nbytes: int) -> None:
+        """Count ``nbytes`` (negative to release) that a holder keeps beside its pinned
+        manifests (a page written ahead), so the cache makes room for them too."""
+        with self._lock:
+            self._outside_bytes += nbytes
+            self._evict()
+
+    def _cached(self, m: Any) -> bool:
+        path = getattr(m, "path", None)
+        return path is not None and self._items.get(path) is m
+
+    def _grow_callback(self, m: Any) -> Callable[[int], None]:
+        key, ident = m.path, id(m)
+        return lambda grown: self._grew(key, ident, grown)
 
     def _lookup(self, key: str) -> Any:
         with self._lock:
@@ -152,27 +253,59 @@ class ManifestCache:
             if size > self.max_bytes:
                 return
             old = self._items.pop(key, None)
+            moved = False
             if old is not None:
                 self._bytes -= int(old.nbytes)
+                if id(old) in self._pins:
+                    self._outside_bytes += int(old.nbytes)  # its holders keep it
+                    moved = True
+                elif isinstance(old, CachedManifest):
+                    old._on_grow = None
+            if id(value) in self._pins:
+                self._outside_bytes -= size  # pinned already: now counted as an entry
             self._items[key] = value
             self._bytes += size
             if isinstance(value, CachedManifest):
-                value._on_grow = lambda grown, k=key: self._grew(k, grown)
-            self._evict()
+                value._on_grow = self._grow_callback(value)
+            over = self._evict()
+        if over or moved:
+            self._pressure()
 
-    def _grew(self, key: str, grown: int) -> None:
+    def _grew(self, key: str, ident: int, grown: int) -> None:
+        """A manifest derived a column (from any thread): count it where it is held."""
+        outside = False
         with self._lock:
-            if key in self._items:
+            value = self._items.get(key)
+            if value is not None and id(value) == ident:
                 self._bytes += grown
-                self._evict()
+            elif ident not in self._pins:
+                return
+            else:
+                self._outside_bytes += grown
+                outside = True
+            if ident in self._pins:
+                self._pinned_bytes += grown
+            over = self._evict()
+        if over or outside:
+            self._pressure()
 
-    def _evict(self) -> None:
-        while self._bytes > self.max_bytes and self._items:
-            _, value = self._items.popitem(last=False)
+    def _evict(self) -> bool:
+        """Drop least recently used entries nobody pins until entries and outside bytes fit;
+        whether they still do not (every entry left is pinned)."""
+        if self._bytes + self._outside_bytes <= self.max_bytes:
+            return False
+        for key in list(self._items):
+            if self._bytes + self._outside_bytes <= self.max_bytes:
+                break
+            value = self._items[key]
+            if id(value) in self._pins:
+                continue  # its holders keep it: evicting it would free nothing
+            del self._items[key]
             self._bytes -= int(value.nbytes)
             self._evictions += 1
             if isinstance(value, CachedManifest):
                 value._on_grow = None
+        return self._bytes + self._outside_bytes > self.max_bytes
 
     async def _load(self, key: str, load: Callable[[], Any]) -> Any:
         cached = self._lookup(key)

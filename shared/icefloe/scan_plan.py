@@ -107,8 +107,19 @@ class ScanPlan:
 
     @property
     def nbytes(self) -> int:
-        """Memory the plan holds: the selected rows' columns (see CachedManifest.compact)."""
-        return sum(s.manifest.nbytes for s in self._segments) + 64 * len(self._segments)
+        """Bytes of the manifests the plan keeps alive (see :meth:`manifests`), each counted
+        once. They may be shared: a full scan's are the cache's own entries, and two full
+        plans of a table hold the same ones, so a holder of several plans counts their
+        manifests together (``ManifestCache.pin``) rather than adding these figures up."""
+        return sum(m.nbytes for m in self.manifests()) + 64 * len(self._segments)
+
+    def manifests(self) -> list[CachedManifest]:
+        """The distinct manifests the plan's rows are in: the cached manifest itself where
+        every row of it was selected, a compact copy of the selected rows otherwise."""
+        seen: dict[int, CachedManifest] = {}
+        for s in self._segments:
+            seen.setdefault(id(s.manifest), s.manifest)
+        return list(seen.values())
 
     def __len__(self) -> int:
         return self._count

@@ -7,10 +7,11 @@ day and one user) while a prober calls ``/healthz`` every 10 ms. For 1, 10, 50 a
 concurrent clients the figure is plans/s, beside PyIceberg's ``plan_files`` for the same scan
 run back to back on one thread (PyIceberg has no server; its plans/s is what one reader
 process achieves). It is measured with one planner process and with ``--workers 2`` (sharing
-the memory-mapped disk cache). The /healthz p99 of each level and the planner's RSS (warm,
-and after holding many full-scan plans, beside the cache and plan budgets' use, read from its
-``/metrics``) are printed as notes, with each level's plan p50/p99 and peak RSS, and the
-overhead RSS - cache bytes - plan bytes at its highest. A full plan fetched to its last
+the memory-mapped disk cache). The /healthz p99 of each level and the planner's RSS are
+printed as notes, with each level's plan p50/p99 and peak RSS; then full plans are held in
+steps of 0, 10, 40, 100 and 400 (asked over 150 pooled connections), and at each step the
+RSS is printed beside what the planner's ``/metrics`` accounts for (cache entries, bytes
+held plans keep outside the cache: one budget) and the overhead, RSS minus both. A full plan fetched to its last
 page over HTTP (every ``tasks`` page) stands beside PyIceberg's full ``plan_files``.
 ``--set service-files=1000000`` serves a 1M-file table instead of 100k.
 """
@@ -191,6 +192,9 @@ async def _serve(
         "ICEFLOE_PLANNER_ACCESS_LOG": "false",
         "ICEFLOE_PLANNER_PLAN_SECRET": "bench secret, sixteen bytes or more",
         "ICEFLOE_PLANNER_LOG_LEVEL": "WARNING",
+        # One budget for cached and held manifests: a full plan pins the whole table, so
+        # the budget must hold it (about 570 bytes per entry) for the plan to be held.
+        "ICEFLOE_PLANNER_CACHE_MAX_BYTES": str(cache_budget(files)),
     }
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "icefloe.cli", "planner", env=env
@@ -256,34 +260,77 @@ async def _serve(
                     f"{label}: full plan over HTTP, {tasks:,} tasks in "
                     f"{size / 2**20:.0f} MiB of JSON pages, {seconds * 1000:.0f} ms warm"
                 )
-            held = 40
-            for _ in range(held):
-                async with session.post(url + TABLE + "/plan", json={}) as r:
-                    await r.read()
-            rss_held = rss_bytes(process.pid)
-            async with session.get(url + "/metrics") as r:
-                metrics = await r.text()
-            overheads.append(rss_held - _budgets_used(metrics))
+            curve = await _held_curve(session, url, process.pid, selective)
+            overheads += [rss - used for _, rss, _, _, _, used in curve]
     finally:
         process.send_signal(signal.SIGTERM)
         await process.wait()
-    cache = _metric(metrics, "icefloe_planner_cache_bytes")
-    plans = _metric(metrics, "icefloe_planner_plan_bytes")
     ctx.note(
-        f"{label}: RSS {rss_idle / 2**20:.0f} MiB idle, {rss_warm / 2**20:.0f} MiB warm, "
-        f"{rss_held / 2**20:.0f} MiB after {held} held full plans; the answering process's "
-        f"cache held {cache / 2**20:.0f} MiB (budget 512 MiB) and its plans "
-        f"{plans / 2**20:.0f} MiB (budget 256 MiB). Overhead (RSS - cache bytes - plan "
-        f"bytes, per process): at most {max(overheads) / workers / 2**20:.0f} MiB over the "
-        "levels and the held plans (the interpreter, pyarrow, DuckDB, aiohttp, the page "
-        "writer's 32 MiB of manifest texts, requests in flight)"
+        f"{label}: RSS {rss_idle / 2**20:.0f} MiB idle, {rss_warm / 2**20:.0f} MiB warm. "
+        "Held full plans (also asked over the 150 clients' pooled connections) -> RSS, "
+        "cache bytes, bytes plans keep outside the cache, bytes they pin, overhead "
+        "(RSS - cache - plans outside), MiB: "
+        + "; ".join(
+            f"{held}: {rss / 2**20:.0f}, {cache / 2**20:.0f}, {outside / 2**20:.0f}, "
+            f"{pinned / 2**20:.0f}, {(rss - used) / 2**20:.0f}"
+            for held, rss, cache, outside, pinned, used in curve
+        )
+        + f". Overhead at most {max(overheads) / workers / 2**20:.0f} MiB per process over "
+        "the levels and the held plans (budget: cache + plans within cache_max_bytes, "
+        f"{cache_budget(files) / 2**20:.0f} MiB)"
     )
     return figures
 
 
+HELD_PLANS = (0, 10, 40, 100, 400)
+
+
+def cache_budget(files: int) -> int:
+    """The planner's default budget (512 MiB), or 1 KiB per file where that is more (a
+    1M-file table's decoded manifests, about 570 MB, do not fit in 512 MiB)."""
+    return max(512 << 20, files << 10)
+
+
+async def _held_curve(
+    session: Any, url: str, pid: int, selective: dict[str, Any]
+) -> list[tuple[int, int, int, int, int, int]]:
+    """Full plans asked (and held: their other pages are never fetched) in steps, each step
+    spread over 150 pooled connections as 150 clients would; after each, RSS and what
+    /metrics accounts for: (plans, RSS, cache, plans outside the cache, pinned, both)."""
+    import aiohttp
+
+    out = []
+    held = 0
+    connector = aiohttp.TCPConnector(limit=150)
+    async with aiohttp.ClientSession(connector=connector) as clients:
+        # Open the 150 connections first, as the load levels did.
+        await _run_level(clients, url, {"filter": selective}, 150, 150)
+        for target in HELD_PLANS:
+
+            async def one() -> None:
+                async with clients.post(url + TABLE + "/plan", json={}) as r:
+                    if r.status != 200:
+                        raise RuntimeError(f"plan failed: {r.status} {await r.text()}")
+                    await r.read()
+
+            while held < target:
+                step = min(8, target - held)  # a few at a time, over the pooled connections
+                await asyncio.gather(*(one() for _ in range(step)))
+                held += step
+            rss = rss_bytes(pid)
+            async with session.get(url + "/metrics") as r:
+                metrics = await r.text()
+            cache = int(_metric(metrics, "icefloe_planner_cache_bytes"))
+            outside = int(_metric(metrics, "icefloe_planner_plan_bytes"))
+            pinned = int(_metric(metrics, "icefloe_planner_plan_pinned_bytes"))
+            out.append((target, rss, cache, outside, pinned, _budgets_used(metrics)))
+    return out
+
+
 def _budgets_used(metrics: str) -> int:
-    """Bytes the cache and the held plans account for, from the planner's /metrics (with
-    several processes, the one that answered)."""
+    """Bytes of decoded manifests the planner accounts for (its cache's entries and what
+    held plans keep outside it: one budget), from /metrics (with several processes, the
+    one that answered)."""
     cache = _metric(metrics, "icefloe_planner_cache_bytes")
     plans = _metric(metrics, "icefloe_planner_plan_bytes")
     return int(cache + plans)

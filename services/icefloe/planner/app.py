@@ -68,6 +68,7 @@ from icefloe.metadata import TableMetadata
 from icefloe.model import describe_problems
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError, error_response
+from icefloe.planner.memory import use_arrow_allocator
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
 from icefloe.planner.plans import PlanStore, StoredPlan
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
@@ -81,12 +82,18 @@ from icefloe.planner.tokens import (
     parse_plan_task,
 )
 from icefloe.planner.write_config import RestCatalogSettings
+from icefloe.runtime.byte_budget import ByteBudget
 from icefloe.runtime.http import ServiceHttp
 from icefloe.runtime.logs import configure_logging, log_access
+from icefloe.runtime.released_body import json_bytes_response
 from icefloe.scan import ScanPlan, plan_scan
 from icefloe.scan_json import page_is_written, scan_tasks_wrapped
 
 log = logging.getLogger(__name__)
+
+# Request bodies of the largest size (ICEFLOE_PLANNER_MAX_REQUEST_BYTES) held at once; small
+# bodies (a selective filter is a few hundred bytes) share the same bytes by the thousand.
+BODIES_IN_FLIGHT = 16
 
 # Request bodies above this are parsed (JSON, validation, filter) in a worker thread.
 OFFLOAD_BODY_BYTES = 32 << 10
@@ -221,6 +228,7 @@ class _StateCollector:
             ("cache_misses", stats.misses, "manifest cache misses"),
             ("cache_evictions", stats.evictions, "manifests evicted from the cache"),
             ("cache_read_bytes", stats.bytes_read, "bytes of manifests and lists read"),
+            ("plans_dropped_for_memory", s.plans.dropped_for_memory, "plans dropped for room"),
         ):
             counter = CounterMetricFamily(f"icefloe_planner_{name}", doc)
             counter.add_metric([], value)
@@ -230,7 +238,9 @@ class _StateCollector:
             ("cache_max_bytes", stats.max_bytes, "manifest cache budget"),
             ("cache_entries", stats.entries, "manifest lists and manifests cached"),
             ("plans", len(s.plans), "plans held for plan-task fetches"),
-            ("plan_bytes", s.plans.bytes, "bytes of the selected rows held plans keep"),
+            ("plan_bytes", s.plans.bytes, "bytes held plans keep outside the cache"),
+            ("plan_pinned_bytes", s.plans.pinned_bytes, "manifest bytes held plans pin"),
+            ("memory_bytes", stats.held_bytes, "decoded manifests in memory: cache + plans"),
             ("tables", len(s.refresher.tables), "tables held in memory"),
         ):
             gauge = GaugeMetricFamily(f"icefloe_planner_{name}", doc)
@@ -297,7 +307,11 @@ class PlannerService:
             clock=clock,
         )
         self.plans = PlanStore(
-            config.plan_ttl_ms / 1000.0, config.max_plans, clock, config.plan_max_bytes
+            config.plan_ttl_ms / 1000.0,
+            config.max_plans,
+            clock,
+            min(config.plan_max_bytes, config.cache_max_bytes),
+            memory=self.cache,
         )
         if plan_secret is None:
             given = config.plan_secret.get_secret_value() if config.plan_secret else None
@@ -319,6 +333,8 @@ class PlannerService:
         # loop runs each one's parsing, token and small plans itself, and a /healthz probe
         # waits behind every handler step queued before it. Queued requests cost nothing.
         self._admission = asyncio.Semaphore(2 * config.planning_concurrency)
+        # Request bodies in memory at once: the body limit for each of a few dozen requests.
+        self._bodies = ByteBudget(BODIES_IN_FLIGHT * config.max_request_bytes)
         self.wall_clock = wall_clock
         self.consumer: TableCommittedFeed | None = None
         if config.brokers:
@@ -447,7 +463,13 @@ class PlannerService:
         try:
             if request.path.startswith("/v1/"):
                 self._authorize(request)
-            response = await handler(request)
+            if request.body_exists:
+                # Bodies waiting for admission are bounded too (see icefloe.runtime.byte_budget).
+                size = request.content_length or self.config.max_request_bytes
+                async with self._bodies.reserve(size):
+                    response = await handler(request)
+            else:
+                response = await handler(request)
         except ApiError as e:
             response = error_response(e.code, e.error_type, e.message, head=head)
         except web.HTTPException as e:
@@ -866,7 +888,8 @@ def _parse_plan_request(raw: bytes) -> tuple[PlanRequest, Any]:
 
 
 def _json_bytes_response(body: bytes) -> web.Response:
-    return web.Response(body=body, content_type="application/json")
+    # Released once written: an idle keep-alive connection would hold its last page.
+    return json_bytes_response(body)
 
 
 def unsupported_operation(request: web.Request, *, head: bool = False) -> web.Response:
@@ -932,6 +955,7 @@ async def serve(
     """Run until SIGINT or SIGTERM (or, for a worker, until its supervisor is gone)."""
     import os
 
+    use_arrow_allocator(config.arrow_allocator)
     service = PlannerService(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

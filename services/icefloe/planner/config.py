@@ -51,7 +51,12 @@ class PlannerConfig(BaseSettings, KafkaSettings):
     )
 
     # -- cache and plans ----------------------------------------------------------------------
-    cache_max_bytes: int = Field(512 << 20, ge=0, description="manifest cache budget")
+    cache_max_bytes: int = Field(
+        512 << 20,
+        ge=0,
+        description="memory for decoded manifests, cached or held by plans (one budget: "
+        "RSS stays within it plus a fixed overhead, see the README's planner sizing)",
+    )
     cache_dir: str | None = Field(
         None,
         description="directory for decoded manifests as Arrow IPC files (memory-mapped, "
@@ -73,8 +78,15 @@ class PlannerConfig(BaseSettings, KafkaSettings):
     plan_max_bytes: int = Field(
         256 << 20,
         ge=0,
-        description="memory for held plans' selected rows; past it the oldest are dropped "
-        "and planned again from their signed plan-task tokens when fetched",
+        description="share of cache_max_bytes held plans may keep outside the cache "
+        "(selected rows, manifests the cache evicted); past it, or when pinned manifests "
+        "leave the cache no room, the oldest plans are dropped and planned again from their "
+        "signed plan-task tokens when fetched",
+    )
+    arrow_allocator: Literal["jemalloc", "mimalloc", "system"] = Field(
+        "jemalloc",
+        description="allocator of Arrow buffers; jemalloc returns freed pages at once "
+        "(mimalloc, pyarrow's default, keeps the page writer's buffers: about 60 MiB more)",
     )
     max_request_bytes: int = Field(
         1 << 20, ge=1024, description="largest request body (filters included): 413 above"

@@ -1,0 +1,120 @@
+"""A real planner process holding many plans keeps cache and plans within one budget.
+
+The planner runs as ``icefloe planner`` in its own process over a generated table; full and
+selective plans are asked (and held: their other pages are not fetched) until the oldest
+must be dropped, then its ``/metrics`` must account for cache and plans within the budget
+and every page of a dropped plan is still served, planned again from its token. RSS is not
+asserted: it is too noisy on a shared machine (``make bench`` measures it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.dev.bench_planner import IDS_PER_FILE, generate
+from icefloe.dev.local_stack import free_port
+from icefloe.fileio import LocalFileIO
+
+TABLE = "/v1/namespaces/db/tables/events"
+FILES = 2000
+BUDGET = 4 << 20
+PLAN_SHARE = 256 << 10
+
+
+def _ids(first_file: int, files: int) -> dict[str, Any]:
+    """A filter selecting the ids of ``files`` files from ``first_file`` on."""
+    lo = first_file * IDS_PER_FILE
+    return {
+        "type": "and",
+        "left": {"type": "gt-eq", "term": "id", "value": lo},
+        "right": {"type": "lt", "term": "id", "value": lo + files * IDS_PER_FILE},
+    }
+
+
+def _metric(text: str, name: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(f"icefloe_planner_{name} "):
+            return float(line.split()[1])
+    raise AssertionError(f"/metrics has no icefloe_planner_{name}")
+
+
+async def _all_paths(session: Any, url: str, first: dict[str, Any]) -> set[str]:
+    paths = {t["data-file"]["file-path"] for t in first["file-scan-tasks"]}
+    for token in first.get("plan-tasks", []):
+        async with session.post(url + TABLE + "/tasks", json={"plan-task": token}) as r:
+            assert r.status == 200, await r.text()
+            paths |= {t["data-file"]["file-path"] for t in (await r.json())["file-scan-tasks"]}
+    return paths
+
+
+async def test_a_planner_process_holds_plans_within_its_memory_budget(tmp_path: Path) -> None:
+    warehouse = tmp_path / "warehouse"
+    generate(warehouse / "db", FILES, 100, "events")
+    catalog = FileSystemCatalog("t", str(warehouse), LocalFileIO())
+    try:
+        await catalog.create_namespace("db")
+        await catalog.load_table("db.events")
+    finally:
+        await catalog.close()
+    port = free_port()
+    env = {
+        **os.environ,
+        "ICEFLOE_PLANNER_CATALOG": f"file://{warehouse}",
+        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
+        "ICEFLOE_PLANNER_PORT": str(port),
+        "ICEFLOE_PLANNER_CACHE_MAX_BYTES": str(BUDGET),
+        "ICEFLOE_PLANNER_PLAN_MAX_BYTES": str(PLAN_SHARE),
+        "ICEFLOE_PLANNER_TASKS_PER_PAGE": "40",
+        "ICEFLOE_PLANNER_PLAN_SECRET": "memory test secret, sixteen bytes or more",
+        "ICEFLOE_PLANNER_ACCESS_LOG": "false",
+    }
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "icefloe.cli", "planner", env=env
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(600):
+                try:
+                    async with session.get(url + "/healthz") as r:
+                        if r.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+            firsts = []
+            for k in range(60):  # selective plans of 150 files, a full plan every tenth
+                body = {} if k % 10 == 0 else {"filter": _ids((k * 97) % (FILES - 150), 150)}
+                async with session.post(url + TABLE + "/plan", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    firsts.append((body, await r.json()))
+            async with session.get(url + "/metrics") as r:
+                metrics = await r.text()
+            memory = _metric(metrics, "memory_bytes")
+            cache, outside = _metric(metrics, "cache_bytes"), _metric(metrics, "plan_bytes")
+            assert memory == cache + outside and 0 < memory <= BUDGET
+            assert outside <= PLAN_SHARE
+            assert _metric(metrics, "plans_dropped_for_memory_total") > 0
+            assert 0 < _metric(metrics, "plans") < len(firsts)
+            # The oldest selective plan was dropped; its pages are planned again from their
+            # tokens, and hold the files a plan of the same request selects now.
+            body, first = firsts[1]
+            again = await _all_paths(session, url, first)
+            async with session.post(url + TABLE + "/plan", json=body) as r:
+                fresh = await _all_paths(session, url, await r.json())
+            assert again == fresh and len(fresh) >= 150
+            async with session.get(url + "/metrics") as r:
+                after = await r.text()
+            assert _metric(after, "memory_bytes") <= BUDGET
+            assert _metric(after, "plan_bytes") <= PLAN_SHARE
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert await process.wait() == 0
