@@ -15,8 +15,10 @@ the wall figure measures the share of the cores the planner got, the CPU figure 
 costs, so 1 and 2 processes, or 1 and 2 planning threads, compare on the CPU figure.
 Configurations: (processes, planning threads) in :data:`CONFIGURATIONS`, processes sharing
 the memory-mapped disk cache. Notes give each level's plan p50/p99 (wrk), /healthz p50/p99,
-the cores the planner and the load generator (wrk + prober) used, peak RSS and the load
-average, and the planner's RSS (warm, and after holding many full-scan plans, beside the
+the event-loop CPU the serving processes ran during each probe (schedstat: the work a probe
+waited behind, whatever share of the cores the planner got; with several processes the sum
+of theirs, an upper bound), the cores the planner and the load generator (wrk + prober)
+used, peak RSS and the load average, and the planner's RSS (warm, and after holding many full-scan plans, beside the
 cache and plan budgets' use, read from its ``/metrics``) with the overhead RSS - cache
 bytes - plan bytes at its highest. A full plan fetched to its last page over HTTP (every
 ``tasks`` page) stands beside PyIceberg's full ``plan_files``. ``--set
@@ -92,6 +94,34 @@ class Level:
     planner_cpu: float
     client_cpu: float
     connect: list[float]
+    health_cpu: list[float]  # event-loop CPU seconds the serving processes spent per probe
+
+
+def _serving_threads(pid: int) -> list[Path]:
+    """The schedstat files of the event-loop (main) threads that serve requests: ``pid``'s
+    own, or its worker processes' with ``--workers`` (the supervisor serves nothing)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    kids = [int(p) for p in children.read_text().split()] if children.exists() else []
+    workers = [k for k in kids if "multiprocessing.spawn" in _cmdline(k)]
+    return [Path(f"/proc/{p}/task/{p}/schedstat") for p in (workers or [pid])]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _on_cpu(files: list[Path]) -> float:
+    """Seconds these threads have run on a CPU (schedstat's first field, nanoseconds)."""
+    total = 0
+    for f in files:
+        try:
+            total += int(f.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
 
 
 class LoadGeneratorError(IcefloeError):
@@ -150,6 +180,11 @@ async def _run_level(
         )
     health: list[float] = []
     connect: list[float] = []  # of each probe, its TCP connect (a full accept queue: > 1 s)
+    # Of each probe, the CPU the serving event loops ran meanwhile: the work the probe
+    # waited behind, whatever share of the cores the planner got (with several processes,
+    # all of theirs: an upper bound for the one that answered).
+    health_cpu: list[float] = []
+    threads = _serving_threads(pid) if pid else []
     peak = 0
     done = asyncio.Event()
 
@@ -163,12 +198,14 @@ async def _run_level(
         host, _, port = url.removeprefix("http://").partition(":")
         request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
         while not done.is_set():
+            cpu = _on_cpu(threads)
             started = time.perf_counter()
             reader, writer = await asyncio.open_connection(host, int(port))
             connect.append(time.perf_counter() - started)
             writer.write(request.encode())
             answer = await reader.read()
             health.append(time.perf_counter() - started)
+            health_cpu.append(_on_cpu(threads) - cpu)
             writer.close()
             if not answer.startswith(b"HTTP/1.1 200"):
                 raise LoadGeneratorError(f"/healthz answered {answer[:100]!r}")
@@ -231,6 +268,7 @@ async def _run_level(
         cpu_after - cpu_before,
         client_cpu,
         connect,
+        health_cpu,
     )
 
 
@@ -363,7 +401,10 @@ async def _serve(
                     f"CPU-second ({level.planner_cpu / level.elapsed:.2f} cores busy), plan "
                     f"p50 {level.p50 * 1000:.1f} ms, p99 {level.p99 * 1000:.1f} ms; /healthz "
                     f"p50 {_quantile(level.health, 0.5) * 1000:.1f} ms, p99 "
-                    f"{_p99(level.health) * 1000:.1f} ms over {len(level.health)} probes; "
+                    f"{_p99(level.health) * 1000:.1f} ms over {len(level.health)} probes (the "
+                    "serving event loops ran p50 "
+                    f"{_quantile(level.health_cpu, 0.5) * 1000:.1f} ms, p99 "
+                    f"{_p99(level.health_cpu) * 1000:.1f} ms of CPU meanwhile); "
                     f"load generator {level.client_cpu / level.elapsed:.2f} cores; peak RSS "
                     f"{level.rss_peak / 2**20:.0f} MiB; load average {os.getloadavg()[0]:.1f}"
                 )

@@ -252,6 +252,7 @@ def test_the_service_benchmark_runs_every_client_level() -> None:
     levels = len(CONFIGURATIONS) * len(CLIENT_LEVELS)
     assert sum("/healthz p50" in note and " p99 " in note for note in ctx.notes) == levels
     assert sum("plans per planner CPU-second" in note for note in ctx.notes) == levels
+    assert sum("serving event loops ran p50" in note for note in ctx.notes) == levels
     assert sum("full plan over HTTP, 60 tasks" in note for note in ctx.notes) == len(labels)
     overheads = sum("Overhead (RSS - cache bytes - plan bytes" in n for n in ctx.notes)
     assert overheads == len(labels)
