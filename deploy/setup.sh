@@ -11,6 +11,9 @@ command -v redis-server >/dev/null 2>&1 || need_apt+=(redis-server)
 command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
 command -v node >/dev/null 2>&1 || need_apt+=(nodejs)
 command -v npm >/dev/null 2>&1 || need_apt+=(npm)
+# wrk: the planner service benchmark's load generator (C, one thread per core, a Lua script
+# for the POST body), so the clients cost the shared cores little beside the planner.
+command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
 $PY -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"

@@ -316,11 +316,13 @@ class CachedManifest:
             self.manifest, self.spec, self.partition_type, columns, partitions, tuples
         )
 
-    def persist(self, store: ManifestStore) -> None:
-        """Save the columns to a disk store under this manifest's list row (a manifest whose
-        partition values Arrow cannot hold is not stored: it is decoded each time)."""
-        if self._partitions is not None:
-            store.save(self.manifest, self._columns, self._partitions, self.partition_type)
+    def persist(self, store: ManifestStore) -> bool | None:
+        """Save the columns to a disk store under this manifest's list row: whether the
+        store wrote them, or None for a manifest whose partition values Arrow cannot hold
+        (it is not stored: it is decoded each time)."""
+        if self._partitions is None:
+            return None
+        return store.save(self.manifest, self._columns, self._partitions, self.partition_type)
 
     def _batch(self) -> _Batch:
         arrays = list(self._columns.values()) + list(self._partitions or ())

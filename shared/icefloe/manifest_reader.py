@@ -12,6 +12,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from icefloe.decoded_writer import DEFAULT_MAX_PENDING_BYTES, DecodedManifestWriter
 from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.fileio import FileIO
 from icefloe.manifest import ManifestEntry, read_manifest, read_manifest_metadata
@@ -52,13 +53,22 @@ class _LRU:
 class ManifestReader:
     """``store``, when given, is where committers persist the decoded columns of the
     manifests they commit (see :meth:`SnapshotProducer.commit`): a planner reading the same
-    directory is then warm for them."""
+    directory is then warm for them. They are written in the background by
+    ``decoded_writer`` (see :mod:`icefloe.decoded_writer`), after the commit returns."""
 
     def __init__(
-        self, io: FileIO, cache_bytes: int = 64 << 20, *, store: ManifestStore | None = None
+        self,
+        io: FileIO,
+        cache_bytes: int = 64 << 20,
+        *,
+        store: ManifestStore | None = None,
+        max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
     ) -> None:
         self.io = io
         self.store = store
+        self.decoded_writer = (
+            DecodedManifestWriter(store, max_pending_bytes) if store is not None else None
+        )
         self._cache = _LRU(cache_bytes)
 
     async def manifests(self, snapshot: Snapshot) -> list[ManifestFile]:

@@ -139,10 +139,11 @@ class ManifestStore:
         columns: dict[str, Any],
         partitions: list[Any],
         partition_type: StructType,
-    ) -> None:
-        """Persist a manifest's columns (best effort: failures are logged, not raised)."""
+    ) -> bool:
+        """Persist a manifest's columns (best effort: failures are logged, not raised);
+        whether they were written (not with a zero budget, nor on an error)."""
         if self.max_bytes == 0:
-            return
+            return False
         names = list(columns) + [f"{_PARTITION_PREFIX}{i}" for i in range(len(partitions))]
         arrays = list(columns.values()) + list(partitions)
         try:
@@ -169,7 +170,7 @@ class ManifestStore:
                 raise
         except (pa.ArrowException, OSError, ValueError) as e:
             log.warning("manifest store: cannot save %s: %s", manifest.manifest_path, e)
-            return
+            return False
         with self._lock:
             self.writes += 1
             if not existed:
@@ -177,6 +178,7 @@ class ManifestStore:
             over = self._bytes > self.max_bytes
         if over:
             self._shrink()
+        return True
 
     def _remove(self, path: Path) -> None:
         try:

@@ -38,7 +38,6 @@ snapshot id doubles as the marker that resolves an unknown commit outcome.
 
 from __future__ import annotations
 
-import asyncio
 import io as _io
 import logging
 import time
@@ -129,7 +128,7 @@ class SnapshotProducer:
         self._delete_filter: FileFilter | None = None
         self._new_manifests: list[ManifestFile] | None = None
         self._written: list[str] = []  # every file any attempt wrote, for clean-up
-        # Manifest bytes by path, kept only when the reader has a store to persist them to.
+        # Manifest bytes by path, kept only when the reader has a writer to persist them with.
         self._manifest_bytes: dict[str, bytes] = {}
         self._attempts = 0
         # The branch head the operation was planned on: a rewrite must see every delete
@@ -616,7 +615,7 @@ class SnapshotProducer:
         manifest = writer.to_manifest_file(path, buffer.tell())
         self._written.append(path)
         await self.table.io.write_once(path, buffer.getvalue())
-        if self.reader.store is not None:
+        if self.reader.decoded_writer is not None:
             self._manifest_bytes[path] = buffer.getvalue()
         return manifest
 
@@ -740,39 +739,29 @@ class SnapshotProducer:
                     keep |= dv_files
                 if keep is not None:
                     await self._delete_unreferenced(keep)
-                await self._persist_decoded(committed, manifests)
+                self._persist_decoded(committed, manifests)
         self._manifest_bytes.clear()
         self.table = committed
         return committed
 
-    async def _persist_decoded(self, committed: Table, manifests: list[ManifestFile]) -> None:
-        """Write the decoded columns of the manifests this commit added to the reader's
-        store, keyed by their committed list rows (inherited snapshot id, sequence number,
-        first row id), exactly as a planner decodes them: a planner sharing the store's
-        directory finds them there instead of reading and decoding them. Decoded from the
-        bytes this producer wrote (nothing is read back), in a worker thread; best effort:
-        a failure is logged, the commit stands."""
-        store = self.reader.store
-        if store is None or not self._manifest_bytes:
+    def _persist_decoded(self, committed: Table, manifests: list[ManifestFile]) -> None:
+        """Hand the manifests this commit added to the reader's decoded-manifest writer,
+        keyed by their committed list rows (inherited snapshot id, sequence number, first
+        row id), to be decoded exactly as a planner decodes them and saved to its store: a
+        planner sharing the store's directory then finds them there instead of reading and
+        decoding them. Decoded from the bytes this producer wrote (nothing is read back),
+        in the background (:mod:`icefloe.decoded_writer`): the commit returns without
+        waiting for the fill, which is best effort (the planner decodes what is missing)."""
+        writer = self.reader.decoded_writer
+        if writer is None or not self._manifest_bytes:
             return
+        ours = [
+            (m, self._manifest_bytes[m.manifest_path])
+            for m in manifests
+            if m.manifest_path in self._manifest_bytes
+        ]
         metadata = committed.metadata
-        ours = [m for m in manifests if m.manifest_path in self._manifest_bytes]
-        bytes_by_path = dict(self._manifest_bytes)
-
-        def persist() -> None:
-            from icefloe.cached_manifest import CachedManifest
-
-            specs, schema = metadata.specs(), metadata.schema()
-            for m in ours:
-                try:
-                    decoded = CachedManifest.decode(
-                        bytes_by_path[m.manifest_path], m, specs, schema
-                    )
-                    decoded.persist(store)
-                except Exception as e:  # a cache, never a reason to fail a commit
-                    log.warning("cannot persist decoded manifest %s: %s", m.manifest_path, e)
-
-        await asyncio.to_thread(persist)
+        writer.submit(ours, metadata.specs(), metadata.schema())
 
     async def _referenced_dv_files(
         self, committed: Table, manifests: list[ManifestFile]

@@ -1,5 +1,6 @@
-"""A committer with a manifest store persists the decoded manifests it commits, and a
-planner over the same directory plans from them without reading or decoding a manifest.
+"""A committer with a manifest store persists the decoded manifests it commits (in the
+background, once the commit returned), and a planner over the same directory plans from
+them without reading or decoding a manifest.
 
 Real file-system tables; the planner side is a fresh :class:`ManifestCache` over a fresh
 :class:`ManifestStore` on the same directory (another process would see the same files),
@@ -87,6 +88,9 @@ async def test_a_planner_on_the_committers_store_decodes_nothing(
         table, [first[0].file_path], [_file(table, 7, "a")], reader=reader
     ).commit()
 
+    # The fills run in the background after each commit returned; wait for them.
+    assert reader.decoded_writer is not None and reader.decoded_writer.flush(timeout=None)
+    assert reader.decoded_writer.stats.failed == reader.decoded_writer.stats.dropped == 0
     planner_store = ManifestStore(store_dir, 1 << 30)
     warm = ManifestCache(io, store=planner_store)
     ours = await _plans(table, warm)

@@ -70,7 +70,7 @@ import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +78,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListen
 from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
@@ -103,6 +104,7 @@ from icefloe.coordinator.committer import (
 from icefloe.coordinator.config import CoordinatorConfig, add_arguments, overrides_from_args
 from icefloe.coordinator.maintenance import MaintenanceRunner, producer_publish, settings_from
 from icefloe.datafile import DataFile
+from icefloe.decoded_writer import DecodedManifestWriter
 from icefloe.errors import (
     EventRejectedError,
     NotFoundError,
@@ -216,6 +218,44 @@ class CoordinatorMetrics:
             ["table"],
             registry=r,
         )
+
+
+# At a stop, how long the coordinator waits for queued planner-cache fills (commits are
+# already acknowledged; a fill left behind only means the planner decodes those manifests).
+_CACHE_FLUSH_S = 10.0
+
+
+class _PlannerCacheCollector:
+    """The decoded-manifest writer's counts (the planner-cache fills), read at scrape time."""
+
+    def __init__(self, writer: DecodedManifestWriter) -> None:
+        self.writer = writer
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        stats = self.writer.stats
+        family = CounterMetricFamily(
+            "icefloe_coordinator_planner_cache_manifests",
+            "Committed manifests handed to the planner's disk cache, by outcome (written; "
+            "skipped: partition values the cache cannot hold; failed; dropped: queue full)",
+            labels=["outcome"],
+        )
+        for outcome, value in (
+            ("written", stats.written),
+            ("skipped", stats.skipped),
+            ("failed", stats.failed),
+            ("dropped", stats.dropped),
+        ):
+            family.add_metric([outcome], value)
+        yield family
+        pending = GaugeMetricFamily(
+            "icefloe_coordinator_planner_cache_pending_bytes",
+            "Bytes of committed manifests queued for the planner's disk cache",
+        )
+        pending.add_metric([], stats.pending_bytes)
+        yield pending
 
 
 # -- state per partition and per table --------------------------------------------------
@@ -991,6 +1031,8 @@ class Coordinator:
             config.batch_max_files, config.batch_max_bytes, config.batch_max_wait_ms
         )
         self.metrics = CoordinatorMetrics()
+        if self.reader.decoded_writer is not None:
+            self.metrics.registry.register(_PlannerCacheCollector(self.reader.decoded_writer))
         self.http = ServiceHttp(
             self.metrics.registry,
             ready=lambda: self.ready,
@@ -1082,6 +1124,13 @@ class Coordinator:
             if worker.running and worker.task is not None:
                 worker.task.cancel()
         await kafka.stop_quietly(self.consumer, self.producer)
+        writer = self.reader.decoded_writer
+        if writer is not None and not await asyncio.to_thread(writer.flush, _CACHE_FLUSH_S):
+            log.warning(
+                "stopping with %d decoded manifest(s) not yet in the planner cache; the "
+                "planner will decode them itself",
+                writer.stats.pending,
+            )
         for task in list(self._background):
             task.cancel()
         await self.http.stop()

@@ -1,25 +1,37 @@
 """The planner as a service under load: plans/s by concurrent clients, /healthz latency, RSS.
 
 A table of generated manifests (as in :mod:`icefloe.dev.bench_planner`) is served by a real
-planner (``icefloe planner``) in its own process on a loopback port, so the load generator
-does not share its event loop; aiohttp clients post selective plan requests (one hour of one
-day and one user) while a prober calls ``/healthz`` every 10 ms. For 1, 10, 50 and 150
-concurrent clients the figure is plans/s, beside PyIceberg's ``plan_files`` for the same scan
-run back to back on one thread (PyIceberg has no server; its plans/s is what one reader
-process achieves). It is measured with one planner process and with ``--workers 2`` (sharing
-the memory-mapped disk cache). The /healthz p99 of each level and the planner's RSS are
-printed as notes, with each level's plan p50/p99 and peak RSS; then full plans are held in
-steps of 0, 10, 40, 100 and 400 (asked over 150 pooled connections), and at each step the
-RSS is printed beside what the planner's ``/metrics`` accounts for (cache entries, bytes
-held plans keep outside the cache: one budget) and the overhead, RSS minus both. A full plan fetched to its last
-page over HTTP (every ``tasks`` page) stands beside PyIceberg's full ``plan_files``.
-``--set service-files=1000000`` serves a 1M-file table instead of 100k.
+planner (``icefloe planner``) in its own processes on a loopback port. The load generator is
+wrk (C, one thread, a Lua script for the POST body; ``make setup`` installs it): the machine
+has 2 cores and aiohttp clients in Python took most of one, so they decided how fast the
+planner looked. wrk keeps 1, 10, 50 and 150 connections posting selective plan requests (one
+hour of one day and one user) for ``service-level-ms`` each while this process probes
+``/healthz`` every 10 ms, each probe on a new connection as a kubelet's. Each level reports
+plans/s (wall) beside PyIceberg's ``plan_files`` for the same scan run back to back on one
+thread (PyIceberg has no server; its plans/s is what one reader process achieves), and
+plans per CPU-second of the planner's processes (utime + stime from /proc, summed over the
+process tree) beside PyIceberg's plans per CPU-second: on a machine shared with other work
+the wall figure measures the share of the cores the planner got, the CPU figure what a plan
+costs, so 1 and 2 processes, or 1 and 2 planning threads, compare on the CPU figure.
+Configurations: (processes, planning threads) in :data:`CONFIGURATIONS`, processes sharing
+the memory-mapped disk cache. Notes give each level's plan p50/p99 (wrk), /healthz p50/p99,
+the event-loop CPU the serving processes ran during each probe (schedstat: the work a probe
+waited behind, whatever share of the cores the planner got; with several processes the sum
+of theirs, an upper bound), the cores the planner and the load generator (wrk + prober)
+used, peak RSS and the load average. Then full plans are held in steps of 0, 10, 40, 100
+and 400 (asked over 150 pooled connections), and at each step the RSS is printed beside what
+the planner's ``/metrics`` accounts for (cache entries, bytes held plans keep outside the
+cache: one budget) and the overhead, RSS minus both. A full plan fetched to its last page over HTTP (every
+``tasks`` page) stands beside PyIceberg's full ``plan_files``. ``--set
+service-files=1000000`` serves a 1M-file table instead of 100k.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -33,6 +45,7 @@ from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.dev.bench import BenchContext, Figure, Kind, Timing, benchmark
 from icefloe.dev.bench_planner import PyIceberg, _pyiceberg_filter, generate, scans
 from icefloe.dev.local_stack import free_port
+from icefloe.errors import IcefloeError
 from icefloe.fileio import LocalFileIO
 
 CLIENT_LEVELS = (1, 10, 50, 150)
@@ -69,40 +82,112 @@ async def _register(warehouse: Path) -> None:
 
 @dataclass
 class Level:
-    """One load level: wall time, each plan's latency, /healthz latencies, peak RSS."""
+    """One load level: plans answered in ``elapsed`` seconds, their latency percentiles (from
+    wrk), /healthz latencies, peak RSS, and the CPU seconds the planner's processes and the
+    load generator (wrk and this process's prober) spent meanwhile."""
 
     elapsed: float
-    latencies: list[float]
+    requests: int
+    p50: float
+    p99: float
     health: list[float]
     rss_peak: int
-    steady: list[float]  # /healthz probes sent once every client had its first answer
+    planner_cpu: float
+    client_cpu: float
+    connect: list[float]
+    health_cpu: list[float]  # event-loop CPU seconds the serving processes spent per probe
+
+
+def _serving_threads(pid: int) -> list[Path]:
+    """The schedstat files of the event-loop (main) threads that serve requests: ``pid``'s
+    own, or its worker processes' with ``--workers`` (the supervisor serves nothing)."""
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    kids = [int(p) for p in children.read_text().split()] if children.exists() else []
+    workers = [k for k in kids if "multiprocessing.spawn" in _cmdline(k)]
+    return [Path(f"/proc/{p}/task/{p}/schedstat") for p in (workers or [pid])]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _on_cpu(files: list[Path]) -> float:
+    """Seconds these threads have run on a CPU (schedstat's first field, nanoseconds)."""
+    total = 0
+    for f in files:
+        try:
+            total += int(f.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / 1e9
+
+
+class LoadGeneratorError(IcefloeError):
+    """The load generator (wrk) is missing or reported failed requests."""
+
+
+# wrk's Lua hooks: the POST body, and one line of results the bench parses.
+_WRK_SCRIPT = """wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.body = [==[{body}]==]
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format("ICEFLOE %d %d %d %d %d %d %d %d %d\\n", summary.requests,
+    summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(99)))
+end
+"""
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of ``pid`` and its descendants (Linux /proc; 0 elsewhere).
+
+    On a shared machine wall throughput depends on what else runs; the CPU the planner
+    spent per plan does not (much), so it is what compares 1 and 2 processes, or threads."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    total = 0.0
+    todo, seen = [pid], set()
+    while todo:
+        one = todo.pop()
+        if one in seen:
+            continue
+        seen.add(one)
+        try:
+            stat = Path(f"/proc/{one}/stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+            for task in Path(f"/proc/{one}/task").iterdir():
+                children = task / "children"
+                if children.exists():
+                    todo += [int(p) for p in children.read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return total
 
 
 async def _run_level(
-    session: Any, url: str, body: dict[str, Any], clients: int, requests: int, pid: int = 0
+    session: Any, url: str, body: dict[str, Any], clients: int, seconds: float, pid: int = 0
 ) -> Level:
-    remaining = requests
+    """``clients`` connections posting ``body`` for ``seconds`` with wrk (one thread: C and
+    epoll, a few percent of a core where aiohttp clients took most of one), while this
+    process probes /healthz every 10 ms, each probe on a new connection as a kubelet's."""
+    wrk = shutil.which("wrk")
+    if wrk is None:
+        raise LoadGeneratorError(
+            "wrk is not installed: run `make setup` (deploy/setup.sh installs Debian's wrk)"
+        )
     health: list[float] = []
-    steady: list[float] = []
-    latencies: list[float] = []
-    answered = 0  # clients with a first answer (their connection is open from then on)
+    connect: list[float] = []  # of each probe, its TCP connect (a full accept queue: > 1 s)
+    # Of each probe, the CPU the serving event loops ran meanwhile: the work the probe
+    # waited behind, whatever share of the cores the planner got (with several processes,
+    # all of theirs: an upper bound for the one that answered).
+    health_cpu: list[float] = []
+    threads = _serving_threads(pid) if pid else []
     peak = 0
     done = asyncio.Event()
-
-    async def client() -> None:
-        nonlocal remaining, answered
-        first = True
-        while remaining > 0:
-            remaining -= 1
-            started = time.perf_counter()
-            async with session.post(url + TABLE + "/plan", json=body) as r:
-                if r.status != 200:
-                    raise RuntimeError(f"plan failed: {r.status} {await r.text()}")
-                await r.read()
-            latencies.append(time.perf_counter() - started)
-            if first:
-                answered += 1
-                first = False
 
     async def sampler() -> None:
         nonlocal peak
@@ -111,25 +196,81 @@ async def _run_level(
             await asyncio.sleep(0.05)
 
     async def prober() -> None:
+        host, _, port = url.removeprefix("http://").partition(":")
+        request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
         while not done.is_set():
-            connected = answered == clients
+            cpu = _on_cpu(threads)
             started = time.perf_counter()
-            async with session.get(url + "/healthz") as r:
-                await r.read()
+            reader, writer = await asyncio.open_connection(host, int(port))
+            connect.append(time.perf_counter() - started)
+            writer.write(request.encode())
+            answer = await reader.read()
             health.append(time.perf_counter() - started)
-            if connected:
-                steady.append(health[-1])
+            health_cpu.append(_on_cpu(threads) - cpu)
+            writer.close()
+            if not answer.startswith(b"HTTP/1.1 200"):
+                raise LoadGeneratorError(f"/healthz answered {answer[:100]!r}")
             await asyncio.sleep(0.01)
 
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(_WRK_SCRIPT.format(body=json.dumps(body)))
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own_before = time.process_time()
+    cpu_before = cpu_seconds(pid) if pid else 0.0
     probe = asyncio.create_task(prober())
     sample = asyncio.create_task(sampler())
-    started = time.perf_counter()
-    await asyncio.gather(*(client() for _ in range(clients)))
-    elapsed = time.perf_counter() - started
-    done.set()
-    await probe
-    await sample
-    return Level(elapsed, latencies, health, peak, steady)
+    try:
+        process = await asyncio.create_subprocess_exec(
+            wrk,
+            "-t1",
+            f"-c{clients}",
+            f"-d{max(1, round(seconds))}s",  # whole seconds: wrk takes no fraction
+            "--timeout",
+            "60s",
+            "-s",
+            script.name,
+            url + TABLE + "/plan",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await process.communicate()
+    finally:
+        done.set()
+        await probe
+        await sample
+        os.unlink(script.name)
+    cpu_after = cpu_seconds(pid) if pid else 0.0
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    client_cpu = (
+        children_after.ru_utime
+        + children_after.ru_stime
+        - children_before.ru_utime
+        - children_before.ru_stime
+        + time.process_time()
+        - own_before
+    )
+    line = next((x for x in out.decode().splitlines() if x.startswith("ICEFLOE ")), None)
+    if process.returncode != 0 or line is None:
+        raise LoadGeneratorError(
+            f"wrk failed ({process.returncode}): {(err or out).decode()[-500:]}"
+        )
+    requests, micros, *errors, p50, p99 = (int(x) for x in line.split()[1:])
+    if any(errors) or requests == 0:
+        raise LoadGeneratorError(
+            f"wrk: {requests} plans, errors (connect, read, write, status, timeout) {errors}"
+        )
+    return Level(
+        micros / 1e6,
+        requests,
+        p50 / 1e6,
+        p99 / 1e6,
+        health,
+        peak,
+        cpu_after - cpu_before,
+        client_cpu,
+        connect,
+        health_cpu,
+    )
 
 
 async def _full_plan(session: Any, url: str) -> tuple[float, int, int]:
@@ -169,15 +310,26 @@ def _metric(text: str, name: str) -> float:
     return 0.0
 
 
+@dataclass(frozen=True)
+class Peer:
+    """PyIceberg's figures for the same scans: selective plans back to back on one thread
+    (wall seconds and CPU seconds of ``runs`` plans), and one full plan."""
+
+    selective: Timing
+    selective_cpu: Timing
+    full: Timing | None
+
+
 async def _serve(
     ctx: BenchContext,
     warehouse: Path,
     cache_dir: Path,
     workers: int,
+    threads: int,
     files: int,
     selective: dict[str, Any],
-    theirs: Timing,
-    full_peer: Timing | None,
+    peer: Peer,
+    seconds: float,
 ) -> list[Figure]:
     import aiohttp
 
@@ -188,6 +340,7 @@ async def _serve(
         "ICEFLOE_PLANNER_HOST": "127.0.0.1",
         "ICEFLOE_PLANNER_PORT": str(port),
         "ICEFLOE_PLANNER_WORKERS": str(workers),
+        "ICEFLOE_PLANNER_PLANNING_CONCURRENCY": str(threads),
         "ICEFLOE_PLANNER_CACHE_DIR": str(cache_dir),
         "ICEFLOE_PLANNER_ACCESS_LOG": "false",
         "ICEFLOE_PLANNER_PLAN_SECRET": "bench secret, sixteen bytes or more",
@@ -201,7 +354,11 @@ async def _serve(
     )
     url = f"http://127.0.0.1:{port}"
     figures: list[Figure] = []
-    label = f"{files // 1000}k-file table, {workers} process{'es' if workers > 1 else ''}"
+    label = (
+        f"{files // 1000}k-file table, {workers} process{'es' if workers > 1 else ''} x "
+        f"{threads} planning thread{'s' if threads > 1 else ''}"
+    )
+    full_peer = peer.full
     try:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
@@ -216,33 +373,44 @@ async def _serve(
             rss_idle = rss_bytes(process.pid)
             # Warm every process (connections spread over them by the kernel): its cache,
             # compiled filters and connections.
-            await _run_level(session, url, {"filter": selective}, workers * 8, workers * 40)
+            await _run_level(session, url, {"filter": selective}, workers * 8, 3)
             rss_warm = rss_bytes(process.pid)
             overheads: list[float] = []
             for clients in CLIENT_LEVELS:
-                requests = max(200, clients * 4)  # long enough for a steady state
                 level = await _run_level(
-                    session, url, {"filter": selective}, clients, requests, process.pid
+                    session, url, {"filter": selective}, clients, seconds, process.pid
                 )
                 figures.append(
                     Figure(
                         f"{label}, {clients} clients, selective",
                         "plans/s",
-                        Timing(seconds=(level.elapsed,), work=requests),
-                        {"pyiceberg plan_files (one thread)": theirs},
+                        Timing(seconds=(level.elapsed,), work=level.requests),
+                        {"pyiceberg plan_files (one thread)": peer.selective},
+                    )
+                )
+                figures.append(
+                    Figure(
+                        f"{label}, {clients} clients, selective, per planner CPU-second",
+                        "plans/cpu-s",
+                        Timing(seconds=(max(level.planner_cpu, 1e-3),), work=level.requests),
+                        {"pyiceberg plan_files (CPU)": peer.selective_cpu},
                     )
                 )
                 async with session.get(url + "/metrics") as r:
                     during = await r.text()
                 overheads.append(level.rss_peak - _budgets_used(during))
                 ctx.note(
-                    f"{label}, {clients} clients: plan p50 "
-                    f"{_quantile(level.latencies, 0.5) * 1000:.1f} ms, p99 "
-                    f"{_p99(level.latencies) * 1000:.1f} ms; /healthz p99 "
-                    f"{_p99(level.health) * 1000:.1f} ms over {len(level.health)} probes "
-                    f"({_p99(level.steady) * 1000:.1f} ms over the {len(level.steady)} sent "
-                    "once every client was connected); peak "
-                    f"RSS {level.rss_peak / 2**20:.0f} MiB"
+                    f"{label}, {clients} clients: {level.requests / level.elapsed:.0f} plans/s, "
+                    f"{level.requests / max(level.planner_cpu, 1e-3):.0f} plans per planner "
+                    f"CPU-second ({level.planner_cpu / level.elapsed:.2f} cores busy), plan "
+                    f"p50 {level.p50 * 1000:.1f} ms, p99 {level.p99 * 1000:.1f} ms; /healthz "
+                    f"p50 {_quantile(level.health, 0.5) * 1000:.1f} ms, p99 "
+                    f"{_p99(level.health) * 1000:.1f} ms over {len(level.health)} probes (the "
+                    "serving event loops ran p50 "
+                    f"{_quantile(level.health_cpu, 0.5) * 1000:.1f} ms, p99 "
+                    f"{_p99(level.health_cpu) * 1000:.1f} ms of CPU meanwhile); "
+                    f"load generator {level.client_cpu / level.elapsed:.2f} cores; peak RSS "
+                    f"{level.rss_peak / 2**20:.0f} MiB; load average {os.getloadavg()[0]:.1f}"
                 )
             if full_peer is not None:
                 full = [await _full_plan(session, url) for _ in range(2)]
@@ -336,39 +504,47 @@ def _budgets_used(metrics: str) -> int:
     return int(cache + plans)
 
 
+# (processes, planning threads per process) served in turn: threads against processes.
+CONFIGURATIONS = ((1, 1), (1, 2), (2, 1), (2, 2))
+
+
 async def _service_figures(
-    ctx: BenchContext, directory: Path, files: int, per_manifest: int
+    ctx: BenchContext, directory: Path, files: int, per_manifest: int, seconds: float
 ) -> list[Figure]:
     warehouse = directory / "warehouse"
     generated = generate(warehouse / "db", files, per_manifest, "events")
     await _register(warehouse)
     selective = scans(files)["selective"]
     assert selective is not None
-    peer = PyIceberg(generated)
+    pyiceberg = PyIceberg(generated)
     py_filter = _pyiceberg_filter(selective)
     peer_runs = 3
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     for _ in range(peer_runs):
-        peer.plan(py_filter)
+        pyiceberg.plan(py_filter)
     theirs = Timing(seconds=(time.perf_counter() - started,), work=peer_runs)
+    theirs_cpu = Timing(seconds=(time.process_time() - cpu,), work=peer_runs)
     started = time.perf_counter()
-    peer.plan(None)
+    pyiceberg.plan(None)
     full_peer = Timing(seconds=(time.perf_counter() - started,), work=1)
+    peer = Peer(theirs, theirs_cpu, full_peer)
     figures: list[Figure] = []
-    for workers in (1, 2):
+    for workers, threads in CONFIGURATIONS:
         figures += await _serve(
-            ctx, warehouse, directory / "cache", workers, files, selective, theirs, full_peer
+            ctx, warehouse, directory / "cache", workers, threads, files, selective, peer, seconds
         )
     return figures
 
 
 @benchmark("planner-service")
 async def planner_service_benchmark(ctx: BenchContext) -> list[Figure]:
-    """Selective plans/s at 1-150 concurrent clients (1 and 2 processes), /healthz p99, RSS."""
+    """Selective plans/s and plans per CPU-second at 1-150 concurrent clients (1 and 2
+    processes, 1 and 2 planning threads), /healthz p99, RSS."""
     files = ctx.size("service-files", full=100_000, quick=10_000)
     per_manifest = ctx.size("service-entries-per-manifest", full=5_000, quick=2_000)
+    level_ms = ctx.size("service-level-ms", full=6_000, quick=2_000)
     root = Path(tempfile.mkdtemp(prefix="icefloe-bench-planner-service-"))
     try:
-        return await _service_figures(ctx, root, files, per_manifest)
+        return await _service_figures(ctx, root, files, per_manifest, level_ms / 1000)
     finally:
         shutil.rmtree(root, ignore_errors=True)
