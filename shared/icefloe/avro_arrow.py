@@ -42,7 +42,7 @@ from typing import Any
 import pyarrow as pa
 
 from icefloe.avro import AVRO_MAGIC, SYNC_SIZE, read_header
-from icefloe.errors import IcefloeError, InvalidFileError
+from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,22 @@ _BATCH_ROWS = 1 << 17
 
 class ArrowDecodeUnavailable(IcefloeError):
     """A native reader could not decode this file into the expected columns (the reason says
-    why); the caller decodes it with fastavro instead."""
+    why); the caller tries the next reader of :func:`reader_chain`, then fastavro."""
+
+
+class ReaderUnavailable(ArrowDecodeUnavailable):
+    """The reader's library is missing or fails to load on this machine (logged once, when
+    first found; every later file skips the reader quietly)."""
+
+
+def reader_chain(decoder: str) -> tuple[str, ...]:
+    """The readers to try in turn for a decoder setting: DataFusion's, then DuckDB's (so a
+    file or a machine DataFusion fails on still decodes natively); ``duckdb`` alone; and
+    for ``verify``, the default's chain (:data:`DEFAULT_READER`)."""
+    first = DEFAULT_READER if decoder == "verify" else decoder
+    if first not in READERS:
+        raise ValidationError(f"no Avro reader {first!r}: the readers are {list(READERS)}")
+    return (first,) if first == "duckdb" else (first, "duckdb")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -201,14 +216,14 @@ def _scratch() -> str:
         return _scratch_dir
 
 
-def _remember_unavailable(reader: str, e: BaseException) -> ArrowDecodeUnavailable:
+def _remember_unavailable(reader: str, e: BaseException) -> ReaderUnavailable:
     reason = f"the {reader} Avro reader is unavailable: {type(e).__name__}: {e}"
     with _lock:
         first = reader not in _unavailable
         _unavailable[reader] = reason
     if first:
         log.warning("%s", reason)
-    return ArrowDecodeUnavailable(reason)
+    return ReaderUnavailable(reason)
 
 
 def _datafusion_context() -> Any:
@@ -218,7 +233,7 @@ def _datafusion_context() -> Any:
     if ctx is not None:
         return ctx
     if "datafusion" in _unavailable:
-        raise ArrowDecodeUnavailable(_unavailable["datafusion"])
+        raise ReaderUnavailable(_unavailable["datafusion"])
     try:
         import datafusion
 
@@ -252,9 +267,9 @@ def _duckdb_cursor() -> Any:
     cursor = getattr(_local, "duckdb", None)
     if cursor is not None:
         return cursor
+    if "duckdb" in _unavailable:
+        raise ReaderUnavailable(_unavailable["duckdb"])
     with _lock:
-        if "duckdb" in _unavailable:
-            raise ArrowDecodeUnavailable(_unavailable["duckdb"])
         if _duckdb is None:
             try:
                 import duckdb
@@ -272,7 +287,7 @@ def _duckdb_cursor() -> Any:
                 reason = f"the duckdb Avro reader is unavailable: {type(e).__name__}: {e}"
                 _unavailable["duckdb"] = reason
                 log.warning("%s", reason)
-                raise ArrowDecodeUnavailable(reason) from e
+                raise ReaderUnavailable(reason) from e
             _duckdb = db
         cursor = _local.duckdb = _duckdb.cursor()
     return cursor
@@ -335,7 +350,9 @@ __all__ = [
     "DEFAULT_READER",
     "READERS",
     "ArrowDecodeUnavailable",
+    "ReaderUnavailable",
     "extension_path",
     "read_avro_table",
+    "reader_chain",
     "record_count",
 ]

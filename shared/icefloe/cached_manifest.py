@@ -30,7 +30,7 @@ from icefloe.arrow_values import (
     row_numbers,
     values_to_arrow,
 )
-from icefloe.avro_arrow import DEFAULT_READER
+from icefloe.avro_arrow import ReaderUnavailable, reader_chain
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
 from icefloe.manifest import (
@@ -136,9 +136,10 @@ class CachedManifest:
         """Decode a manifest's bytes (read with ``manifest``'s list row, for inheritance).
 
         ``decoder`` is ``datafusion`` or ``duckdb`` (Arrow straight from that native Avro
-        reader, falling back to fastavro with a logged reason), ``fastavro`` (the reference
-        path) or ``verify`` (the default native reader and fastavro, raising
-        :class:`ManifestDecodeMismatch` if they differ); None reads
+        reader; what it cannot decode goes to the next reader of
+        :func:`~icefloe.avro_arrow.reader_chain`, then to fastavro, each time with a logged
+        reason), ``fastavro`` (the reference path) or ``verify`` (the default readers and
+        fastavro, raising :class:`ManifestDecodeMismatch` if they differ); None reads
         ``ICEFLOE_MANIFEST_DECODER`` (:func:`~icefloe.manifest_arrow.configured_decoder`).
         """
         location = manifest.manifest_path
@@ -150,18 +151,21 @@ class CachedManifest:
             )
         partition_type = _writer_partition_type(data, location, spec, schema)
         decoder = configured_decoder() if decoder is None else decoder
-        if decoder != "fastavro":
-            reader = DEFAULT_READER if decoder == "verify" else decoder
+        readers = () if decoder == "fastavro" else reader_chain(decoder)
+        for k, reader in enumerate(readers):
             try:
                 decoded = decode_columns(data, manifest, spec, partition_type, reader=reader)
+            except ReaderUnavailable:
+                continue  # logged once, when the reader was found missing
             except ArrowDecodeUnavailable as unavailable:
-                log.warning("decoding %s with fastavro: %s", location, unavailable)
-            else:
-                arrow = cls(manifest, spec, partition_type, decoded[0], decoded[1], None)
-                if decoder == "verify":
-                    reference = cls.decode(data, manifest, specs, schema, decoder="fastavro")
-                    _same_columns(arrow, reference)
-                return arrow
+                then = readers[k + 1] if k + 1 < len(readers) else "fastavro"
+                log.warning("decoding %s with %s: %s", location, then, unavailable)
+                continue
+            arrow = cls(manifest, spec, partition_type, decoded[0], decoded[1], None)
+            if decoder == "verify":
+                reference = cls.decode(data, manifest, specs, schema, decoder="fastavro")
+                _same_columns(arrow, reference)
+            return arrow
         entries = read_manifest(data, location=location, manifest_file=manifest, spec_by_id=specs)
         n = len(entries)
         status: list[int] = []

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
+import threading
 import uuid
 from decimal import Decimal
 
 import pytest
 from manifest_fixtures import PRIMITIVE_FIELDS, write_manifest
 
+from icefloe import avro_arrow
+from icefloe.avro import read_header
 from icefloe.avro_arrow import READERS
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import InvalidFileError
@@ -120,7 +124,7 @@ def _manifest(
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each native reader in turn; ``verify`` (the default reader) is pointed at it too."""
     name: str = request.param
-    monkeypatch.setattr("icefloe.cached_manifest.DEFAULT_READER", name)
+    monkeypatch.setattr("icefloe.avro_arrow.DEFAULT_READER", name)
     return name
 
 
@@ -212,3 +216,68 @@ def test_the_decoder_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("ICEFLOE_MANIFEST_DECODER", "fast")
     with pytest.raises(Exception, match="ICEFLOE_MANIFEST_DECODER must be one of"):
         configured_decoder()
+
+
+@pytest.fixture
+def fresh_readers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget the loaded readers (per thread) and the ones found unavailable, for this test."""
+    monkeypatch.setattr(avro_arrow, "_local", threading.local())
+    monkeypatch.setattr(avro_arrow, "_unavailable", {})
+    monkeypatch.setattr(avro_arrow, "_duckdb", None)
+
+
+@pytest.mark.usefixtures("fresh_readers")
+def test_without_datafusion_duckdb_decodes_and_without_both_fastavro_does(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data, row = _manifest(WIDE, 2, [_file(i, WIDE_VALUES[i % 3]) for i in range(6)])
+    specs = {WIDE.spec_id: WIDE}
+    reference = CachedManifest.decode(data, row, specs, SCHEMA, decoder="fastavro")
+    everything = list(range(reference.num_rows))
+    monkeypatch.setitem(sys.modules, "datafusion", None)  # `import datafusion` fails
+    with caplog.at_level(logging.WARNING):
+        by_duckdb = CachedManifest.decode(data, row, specs, SCHEMA, decoder="datafusion")
+    assert "the datafusion Avro reader is unavailable: ModuleNotFoundError" in caplog.text
+    assert "with fastavro" not in caplog.text
+    assert by_duckdb.partition_column(0) is not None  # decoded to Arrow, not by fastavro
+    assert repr(by_duckdb.rows(everything)) == repr(reference.rows(everything))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        CachedManifest.decode(data, row, specs, SCHEMA, decoder="datafusion")
+    assert not caplog.text  # said once, not for every manifest
+
+    monkeypatch.setitem(sys.modules, "duckdb", None)
+    monkeypatch.setattr(avro_arrow, "_local", threading.local())
+    monkeypatch.setattr(avro_arrow, "_duckdb", None)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        by_fastavro = CachedManifest.decode(data, row, specs, SCHEMA, decoder="datafusion")
+    assert "the duckdb Avro reader is unavailable: ModuleNotFoundError" in caplog.text
+    assert "decoding" not in caplog.text  # no reader failed on the file itself
+    assert repr(by_fastavro.rows(everything)) == repr(reference.rows(everything))
+
+
+def test_the_blocks_are_counted_and_a_damaged_sync_marker_is_caught() -> None:
+    data, row = _manifest(WIDE, 2, [_file(i, WIDE_VALUES[0]) for i in range(40)])
+    _, start = read_header(data, row.manifest_path)
+    assert avro_arrow.record_count(data, start, row.manifest_path) == 40
+    damaged = bytearray(data)
+    damaged[-1] ^= 0xFF  # the last block's sync marker
+    with pytest.raises(ArrowDecodeUnavailable, match="lacks its sync marker"):
+        avro_arrow.record_count(bytes(damaged), start, row.manifest_path)
+    for reader in READERS:
+        with pytest.raises(ArrowDecodeUnavailable, match="sync marker"):
+            avro_arrow.read_avro_table(bytes(damaged), row.manifest_path, reader)
+
+
+def test_only_fields_of_empty_records_are_dropped_for_datafusion() -> None:
+    data, row = _manifest(UNPARTITIONED, 2, [_file(i, ()) for i in range(3)])
+    table = avro_arrow.read_avro_table(data, row.manifest_path, "datafusion")
+    data_file = table.schema.field("data_file").type
+    names = [data_file.field(i).name for i in range(data_file.num_fields)]
+    assert "partition" not in names and "file_path" in names and table.num_rows == 3
+    in_union = {"type": "record", "name": "r", "fields": [
+        {"name": "u", "type": ["null", {"type": "record", "name": "e", "fields": []}]},
+    ]}  # fmt: skip
+    with pytest.raises(ArrowDecodeUnavailable, match="a union holds a record with no fields"):
+        avro_arrow._without_empty_records(in_union, "m.avro")
