@@ -2,7 +2,7 @@ r"""One decoded manifest as Arrow columns, with inherited values filled in.
 
 :class:`CachedManifest` is what the planner's cache holds per manifest: one Arrow array per
 entry column (file path, status, sequence numbers, counts, the metric maps) and one per
-partition field, decoded by DuckDB's Avro reader (:mod:`icefloe.manifest_arrow`) or, as the
+partition field, decoded by a native Avro reader (:mod:`icefloe.manifest_arrow`) or, as the
 reference and fallback, by fastavro. Per-column arrays cut out of the metric maps (counts and
 decoded bounds of one column) are derived on first use and counted against the cache's
 budget. Plans keep compact copies of their selected rows (:meth:`CachedManifest.compact`);
@@ -30,6 +30,7 @@ from icefloe.arrow_values import (
     row_numbers,
     values_to_arrow,
 )
+from icefloe.avro_arrow import ReaderUnavailable, reader_chain
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
 from icefloe.manifest import (
@@ -134,9 +135,11 @@ class CachedManifest:
     ) -> CachedManifest:
         """Decode a manifest's bytes (read with ``manifest``'s list row, for inheritance).
 
-        ``decoder`` is ``duckdb`` (Arrow straight from DuckDB's Avro reader, falling back to
-        fastavro with a logged reason), ``fastavro`` (the reference path) or ``verify``
-        (both, raising :class:`ManifestDecodeMismatch` if they differ); None reads
+        ``decoder`` is ``datafusion`` or ``duckdb`` (Arrow straight from that native Avro
+        reader; what it cannot decode goes to the next reader of
+        :func:`~icefloe.avro_arrow.reader_chain`, then to fastavro, each time with a logged
+        reason), ``fastavro`` (the reference path) or ``verify`` (the default readers and
+        fastavro, raising :class:`ManifestDecodeMismatch` if they differ); None reads
         ``ICEFLOE_MANIFEST_DECODER`` (:func:`~icefloe.manifest_arrow.configured_decoder`).
         """
         location = manifest.manifest_path
@@ -148,17 +151,21 @@ class CachedManifest:
             )
         partition_type = _writer_partition_type(data, location, spec, schema)
         decoder = configured_decoder() if decoder is None else decoder
-        if decoder != "fastavro":
+        readers = () if decoder == "fastavro" else reader_chain(decoder)
+        for k, reader in enumerate(readers):
             try:
-                decoded = decode_columns(data, manifest, spec, partition_type)
+                decoded = decode_columns(data, manifest, spec, partition_type, reader=reader)
+            except ReaderUnavailable:
+                continue  # logged once, when the reader was found missing
             except ArrowDecodeUnavailable as unavailable:
-                log.warning("decoding %s with fastavro: %s", location, unavailable)
-            else:
-                arrow = cls(manifest, spec, partition_type, decoded[0], decoded[1], None)
-                if decoder == "verify":
-                    reference = cls.decode(data, manifest, specs, schema, decoder="fastavro")
-                    _same_columns(arrow, reference)
-                return arrow
+                then = readers[k + 1] if k + 1 < len(readers) else "fastavro"
+                log.warning("decoding %s with %s: %s", location, then, unavailable)
+                continue
+            arrow = cls(manifest, spec, partition_type, decoded[0], decoded[1], None)
+            if decoder == "verify":
+                reference = cls.decode(data, manifest, specs, schema, decoder="fastavro")
+                _same_columns(arrow, reference)
+            return arrow
         entries = read_manifest(data, location=location, manifest_file=manifest, spec_by_id=specs)
         n = len(entries)
         status: list[int] = []
@@ -370,7 +377,7 @@ class CachedManifest:
 
 
 class ManifestDecodeMismatch(IcefloeError):
-    """The DuckDB and fastavro decodings of one manifest differ (``verify`` mode)."""
+    """The native and fastavro decodings of one manifest differ (``verify`` mode)."""
 
 
 def _same_columns(arrow: CachedManifest, reference: CachedManifest) -> None:
@@ -378,12 +385,12 @@ def _same_columns(arrow: CachedManifest, reference: CachedManifest) -> None:
     where = arrow.path
     if arrow.num_rows != reference.num_rows:
         raise ManifestDecodeMismatch(
-            f"{where}: {arrow.num_rows} rows from DuckDB, {reference.num_rows} from fastavro"
+            f"{where}: {arrow.num_rows} rows natively, {reference.num_rows} from fastavro"
         )
     for name, expected in reference._columns.items():
         got = arrow._columns.get(name)
         if got is None:
-            raise ManifestDecodeMismatch(f"{where}: DuckDB gave no column {name!r}")
+            raise ManifestDecodeMismatch(f"{where}: the native reader gave no column {name!r}")
         if name in arrow._maps:
             same = map_dicts(got) == map_dicts(expected)
         else:

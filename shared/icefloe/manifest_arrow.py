@@ -1,37 +1,29 @@
-"""Decoding a manifest's Avro straight into Arrow columns, with DuckDB's Avro reader.
+"""Decoding a manifest's Avro straight into the planner's Arrow columns.
 
 A cold scan plan is dominated by manifest decoding. fastavro builds a Python dict per entry
 (and one per metric map entry); on a 50k-entry manifest that is seconds, slower than
-PyIceberg's reader. DuckDB's ``avro`` extension decodes the container file in C++ into
-columnar vectors and hands them to Arrow without a Python object per value, about an order
-of magnitude faster (measured in ``make bench``: ``planner decode``).
+PyIceberg's reader. :mod:`icefloe.avro_arrow` decodes the container file in native code
+(DataFusion's Avro reader by default, DuckDB's as the alternative) into Arrow columns without
+a Python object per value; this module turns that table into the columns
+:class:`~icefloe.manifest_cache.CachedManifest` keeps, with Arrow kernels only (measured in
+``make bench``: ``planner decode``).
 
-The extension is loaded from the ``duckdb-extension-avro`` wheel's file, with DuckDB's
-automatic installing and loading of extensions switched off: a planner never downloads code
-at run time, and the extension's version is pinned beside DuckDB's in ``requirements.lock``.
-
-This module only turns bytes into the columns :class:`~icefloe.manifest_cache.CachedManifest`
-keeps; it applies the same inheritance rules as :func:`icefloe.manifest.read_manifest`
-(snapshot ids, sequence numbers, first row ids). Anything unexpected (a file DuckDB cannot
-read, a column of another type, duplicate map keys) raises :class:`ArrowDecodeUnavailable`
-with the reason, and the caller falls back to the fastavro path, which is the reference and
-names the defect of a malformed file precisely. ``ICEFLOE_MANIFEST_DECODER`` selects
-``duckdb`` (default), ``fastavro``, or ``verify`` (both, compared: for tests).
+It applies the same inheritance rules as :func:`icefloe.manifest.read_manifest` (snapshot
+ids, sequence numbers, first row ids). Anything unexpected (a file a reader cannot read, a
+column of another type, duplicate map keys) raises :class:`ArrowDecodeUnavailable` with the
+reason, and the caller falls back to the fastavro path, which is the reference and names the
+defect of a malformed file precisely. ``ICEFLOE_MANIFEST_DECODER`` selects ``datafusion``
+(default), ``duckdb``, ``fastavro``, or ``verify`` (the default reader and fastavro,
+compared: for tests).
 """
 
 from __future__ import annotations
 
-import atexit
 import json
 import logging
 import os
-import shutil
-import tempfile
-import threading
 import uuid
 from collections.abc import Mapping
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -39,8 +31,9 @@ import pyarrow.compute as pc
 
 from icefloe.arrow_values import arrow_storage_type
 from icefloe.avro import avro_to_iceberg, read_header
+from icefloe.avro_arrow import DEFAULT_READER, READERS, ArrowDecodeUnavailable, read_avro_table
 from icefloe.datafile import FileFormat
-from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
+from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.manifest import ManifestEntryStatus
 from icefloe.manifest_list import UNASSIGNED_SEQ, ManifestFile
 from icefloe.partition import PartitionSpec
@@ -49,7 +42,7 @@ from icefloe.types import MapType, StructType
 log = logging.getLogger(__name__)
 
 DECODER_ENV = "ICEFLOE_MANIFEST_DECODER"
-DECODERS = ("duckdb", "fastavro", "verify")
+DECODERS = (*READERS, "fastavro", "verify")
 
 COUNT_MAP = pa.map_(pa.int32(), pa.int64())
 BOUND_MAP = pa.map_(pa.int32(), pa.binary())
@@ -77,116 +70,12 @@ _DATA_FILE_MAPS: dict[int, tuple[str, Any]] = {
 }
 
 
-class ArrowDecodeUnavailable(IcefloeError):
-    """DuckDB could not decode this manifest into the expected columns (the reason says why);
-    the caller decodes it with fastavro instead."""
-
-
 def configured_decoder() -> str:
-    """The decoder ``ICEFLOE_MANIFEST_DECODER`` names (``duckdb`` when unset)."""
-    name = os.environ.get(DECODER_ENV, "duckdb").strip().lower() or "duckdb"
+    """The decoder ``ICEFLOE_MANIFEST_DECODER`` names (``datafusion`` when unset)."""
+    name = os.environ.get(DECODER_ENV, DEFAULT_READER).strip().lower() or DEFAULT_READER
     if name not in DECODERS:
         raise ValidationError(f"{DECODER_ENV} must be one of {list(DECODERS)}, got {name!r}")
     return name
-
-
-# ---------------------------------------------------------------------------------------------
-# DuckDB, loaded once per thread
-# ---------------------------------------------------------------------------------------------
-
-_local = threading.local()
-_lock = threading.Lock()
-_database: Any = None
-_unavailable: str | None = None
-_scratch_dir: str | None = None
-
-
-def extension_path() -> Path:
-    """The ``avro.duckdb_extension`` file shipped in the ``duckdb-extension-avro`` wheel."""
-    root = resources.files("duckdb_extension_avro")
-    found = sorted(Path(str(root)).glob("extensions/*/avro.duckdb_extension"))
-    if not found:
-        raise ArrowDecodeUnavailable("the duckdb-extension-avro package has no extension file")
-    return found[-1]
-
-
-def _open_database() -> Any:
-    """One in-memory DuckDB database per process with the Avro extension loaded (loading
-    takes a few hundred milliseconds, so it is done once, not per thread)."""
-    global _database, _unavailable
-    with _lock:
-        if _database is not None:
-            return _database
-        if _unavailable is not None:
-            raise ArrowDecodeUnavailable(_unavailable)
-        try:
-            import duckdb
-
-            db = duckdb.connect(
-                config={
-                    "autoinstall_known_extensions": False,
-                    "autoload_known_extensions": False,
-                    "threads": 1,  # the planner decodes several manifests at once itself
-                    "memory_limit": "1GB",
-                }
-            )
-            db.execute(f"LOAD '{_sql_string(str(extension_path()))}'")
-        except ArrowDecodeUnavailable as e:
-            _unavailable = str(e)
-            raise
-        except Exception as e:  # ImportError, duckdb.Error: the fallback path takes over
-            _unavailable = f"DuckDB's Avro reader is unavailable: {type(e).__name__}: {e}"
-            log.warning("%s; manifests are decoded with fastavro", _unavailable)
-            raise ArrowDecodeUnavailable(_unavailable) from e
-        _database = db
-        return db
-
-
-def _connection() -> Any:
-    """This thread's cursor on the shared database (DuckDB connections are not
-    thread-safe; cursors of one database share its loaded extensions)."""
-    con = getattr(_local, "con", None)
-    if con is None:
-        con = _local.con = _open_database().cursor()
-    return con
-
-
-def _sql_string(text: str) -> str:
-    return text.replace("'", "''")
-
-
-def _scratch() -> str:
-    """Where manifest bytes are put for DuckDB to read: RAM-backed /dev/shm if present."""
-    global _scratch_dir
-    if _scratch_dir is None:
-        shm = Path("/dev/shm")
-        base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
-        _scratch_dir = tempfile.mkdtemp(prefix="icefloe-manifests-", dir=base)
-        atexit.register(shutil.rmtree, _scratch_dir, True)
-    return _scratch_dir
-
-
-def read_avro_table(data: bytes, location: str) -> pa.Table:
-    """An Avro container file's records as an Arrow table, decoded by DuckDB."""
-    con = _connection()
-    fd, path = tempfile.mkstemp(suffix=".avro", dir=_scratch())
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        try:
-            table = con.execute(f"SELECT * FROM read_avro('{_sql_string(path)}')").to_arrow_table()
-        except Exception as e:  # duckdb.Error and friends
-            raise ArrowDecodeUnavailable(
-                f"DuckDB cannot read {location}: {type(e).__name__}: {e}"
-            ) from e
-    finally:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
-    if not isinstance(table, pa.Table):
-        raise ArrowDecodeUnavailable(f"DuckDB returned {type(table).__name__} for {location}")
-    return table
 
 
 # ---------------------------------------------------------------------------------------------
@@ -213,13 +102,29 @@ def _cast(array: Any, t: Any, what: str) -> Any:
 
 
 def _map(array: Any, t: Any, what: str) -> Any:
-    """A ``map<int, V>`` column in the cache's exact map type (field names included)."""
+    """A ``map<int, V>`` column in the cache's exact map type (field names included).
+
+    DuckDB reads Iceberg's int-keyed maps (Avro arrays of key-value records) as Arrow maps,
+    DataFusion as lists of ``struct<key, value>``; both share the same offsets.
+    """
     if array is None:
         return None
-    if not pa.types.is_map(array.type):
-        raise ArrowDecodeUnavailable(f"{what} has type {array.type}, expected a map")
-    keys = _cast(array.keys, pa.int32(), what)
-    items = _cast(array.items, t.item_type, what)
+    at = array.type
+    if pa.types.is_map(at):
+        keys, items = array.keys, array.items
+    elif (
+        pa.types.is_list(at) and pa.types.is_struct(at.value_type) and at.value_type.num_fields == 2
+    ):
+        entries = array.values
+        if entries.null_count:
+            raise ArrowDecodeUnavailable(f"{what} has a null map entry")
+        keys, items = entries.field(0), entries.field(1)
+    else:
+        raise ArrowDecodeUnavailable(f"{what} has type {at}, expected a map")
+    if keys.null_count:
+        raise ArrowDecodeUnavailable(f"{what} has a null map key")
+    keys = _cast(keys, pa.int32(), what)
+    items = _cast(items, t.item_type, what)
     offsets = array.offsets
     if array.offset:
         raise ArrowDecodeUnavailable(f"{what} is a sliced map array")
@@ -232,11 +137,14 @@ def decode_columns(
     manifest: ManifestFile,
     spec: PartitionSpec,
     partition_type: StructType,
+    *,
+    reader: str = DEFAULT_READER,
 ) -> tuple[dict[str, Any], list[Any]]:
     """The manifest's entries as the cache's columns and partition columns (in the order of
-    ``partition_type``, which follows the table's spec), with inherited values filled in.
+    ``partition_type``, which follows the table's spec), with inherited values filled in,
+    decoded by ``reader`` (one of :data:`~icefloe.avro_arrow.READERS`).
 
-    Raises :class:`ArrowDecodeUnavailable` when DuckDB cannot produce exactly that.
+    Raises :class:`ArrowDecodeUnavailable` when the reader cannot produce exactly that.
     """
     location = manifest.manifest_path
     try:
@@ -261,14 +169,14 @@ def decode_columns(
             raise ArrowDecodeUnavailable(f"{location}: data_file field {f.field_id} is no map")
     content_text = meta.get("content", "data")
 
-    table = read_avro_table(data, location)
+    table = read_avro_table(data, location, reader)
     n = table.num_rows
     try:
         entries = table.combine_chunks()
         status = _cast(entries.column(names[0]).combine_chunks(), pa.int8(), "status")
         df = entries.column(names[2]).combine_chunks()
     except (KeyError, pa.ArrowException) as e:
-        raise ArrowDecodeUnavailable(f"{location}: unexpected DuckDB columns: {e}") from e
+        raise ArrowDecodeUnavailable(f"{location}: unexpected columns from the reader: {e}") from e
     if df.null_count:
         raise ArrowDecodeUnavailable(f"{location}: a data_file record is null")
     if status.null_count or (n and not _all_in(status, (0, 1, 2))):
@@ -373,7 +281,7 @@ def _file_formats(array: Any) -> Any:
 
 
 def _partition_values(raw: Any, storage: Any, what: str) -> Any:
-    """DuckDB's Arrow form of a partition column as the cache's storage type."""
+    """A reader's Arrow form of a partition column as the cache's storage type."""
     t = raw.type
     if storage == pa.int32() and pa.types.is_date32(t):
         return raw.view(pa.int32()) if raw.offset == 0 else raw.cast(pa.int32())
@@ -405,6 +313,4 @@ __all__ = [
     "ArrowDecodeUnavailable",
     "configured_decoder",
     "decode_columns",
-    "extension_path",
-    "read_avro_table",
 ]

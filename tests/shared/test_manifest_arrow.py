@@ -1,21 +1,27 @@
-"""DuckDB's Avro reader decodes manifests to exactly the columns the fastavro path makes.
+"""The native Avro readers (DataFusion's, DuckDB's) decode manifests to exactly the columns
+the fastavro path makes.
 
 The fastavro path (:func:`icefloe.manifest.read_manifest`) is the reference; every manifest
-shape the writers produce is decoded both ways and compared column by column
-(``decoder="verify"``), and :func:`decode_columns` is called directly so a silent fallback
-cannot make a comparison vacuous.
+shape the writers produce is decoded by each reader and by fastavro and compared column by
+column, and :func:`decode_columns` is called directly so a silent fallback cannot make a
+comparison vacuous.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
+import threading
 import uuid
 from decimal import Decimal
 
 import pytest
 from manifest_fixtures import PRIMITIVE_FIELDS, write_manifest
 
+from icefloe import avro_arrow
+from icefloe.avro import read_header
+from icefloe.avro_arrow import READERS
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import InvalidFileError
 from icefloe.manifest import ManifestEntry, ManifestEntryStatus
@@ -114,10 +120,18 @@ def _manifest(
     )
 
 
-def _check(data: bytes, row: ManifestFile, spec: PartitionSpec) -> CachedManifest:
+@pytest.fixture(params=READERS)
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each native reader in turn; ``verify`` (the default reader) is pointed at it too."""
+    name: str = request.param
+    monkeypatch.setattr("icefloe.avro_arrow.DEFAULT_READER", name)
+    return name
+
+
+def _check(data: bytes, row: ManifestFile, spec: PartitionSpec, reader: str) -> CachedManifest:
     specs = {spec.spec_id: spec}
     partition_type = spec.partition_type(SCHEMA)
-    columns, partitions = decode_columns(data, row, spec, partition_type)  # no fallback
+    columns, partitions = decode_columns(data, row, spec, partition_type, reader=reader)
     assert len(columns["file_path"]) == len(partitions[0]) if partitions else True
     verified = CachedManifest.decode(data, row, specs, SCHEMA, decoder="verify")
     reference = CachedManifest.decode(data, row, specs, SCHEMA, decoder="fastavro")
@@ -129,38 +143,40 @@ def _check(data: bytes, row: ManifestFile, spec: PartitionSpec) -> CachedManifes
 
 @pytest.mark.parametrize("version", [1, 2, 3])
 @pytest.mark.parametrize("spec", [WIDE, UNPARTITIONED], ids=["partitioned", "unpartitioned"])
-def test_duckdb_decodes_data_manifests_like_fastavro(version: int, spec: PartitionSpec) -> None:
+def test_native_readers_decode_data_manifests_like_fastavro(
+    version: int, spec: PartitionSpec, reader: str
+) -> None:
     values = WIDE_VALUES if spec is WIDE else [()] * 3
     files = [_file(i, values[i % len(values)]) for i in range(12)]
     data, row = _manifest(spec, version, files)
-    cached = _check(data, row, spec)
+    cached = _check(data, row, spec, reader)
     assert cached.num_rows == 12
     assert cached.column("file_format").to_pylist()[:2] == ["parquet", "parquet"]
 
 
-def test_inheritance_of_sequence_numbers_snapshot_ids_and_row_ids() -> None:
+def test_inheritance_of_sequence_numbers_snapshot_ids_and_row_ids(reader: str) -> None:
     files = [_file(i, WIDE_VALUES[0]) for i in range(5)]
     data, row = _manifest(WIDE, 3, files, sequence_number=11, first_row_id=1000)
-    cached = _check(data, row, WIDE)
+    cached = _check(data, row, WIDE, reader)
     assert cached.column("data_sequence_number").to_pylist() == [11] * 5
     assert cached.column("snapshot_id").to_pylist() == [42] * 5
     counts = [10 + i for i in range(5)]
     assert cached.column("first_row_id").to_pylist() == [1000 + sum(counts[:i]) for i in range(5)]
 
 
-def test_existing_and_deleted_entries_keep_their_own_sequence_numbers() -> None:
+def test_existing_and_deleted_entries_keep_their_own_sequence_numbers(reader: str) -> None:
     old = [
         ManifestEntry(ManifestEntryStatus.ADDED, 7, 3, 4, _file(i, WIDE_VALUES[1]))
         for i in range(4)
     ]
     data, row = _manifest(WIDE, 2, [_file(9, WIDE_VALUES[2])], existing=old[:2], deleted=old[2:])
-    cached = _check(data, row, WIDE)
+    cached = _check(data, row, WIDE, reader)
     assert cached.column("status").to_pylist() == [1, 0, 0, 2, 2]
     assert cached.column("data_sequence_number").to_pylist() == [9, 3, 3, 3, 3]
 
 
 @pytest.mark.parametrize("version", [2, 3])
-def test_delete_manifests(version: int) -> None:
+def test_delete_manifests(version: int, reader: str) -> None:
     deletes = [
         _file(0, WIDE_VALUES[0], content=DataFileContent.POSITION_DELETES),
         _file(1, WIDE_VALUES[1], content=DataFileContent.EQUALITY_DELETES, equality_ids=[1, 2]),
@@ -178,19 +194,19 @@ def test_delete_manifests(version: int) -> None:
         )
         deletes[-1] = dataclasses.replace(deletes[-1], file_format="puffin")
     data, row = _manifest(WIDE, version, deletes, content=ManifestContent.DELETES)
-    cached = _check(data, row, WIDE)
+    cached = _check(data, row, WIDE, reader)
     assert cached.column("content").to_pylist() == [1, 2, 1][: len(deletes)]
 
 
 def test_an_unreadable_file_falls_back_to_fastavro_which_names_the_defect(
-    caplog: pytest.LogCaptureFixture,
+    caplog: pytest.LogCaptureFixture, reader: str
 ) -> None:
     data, row = _manifest(WIDE, 2, [_file(i, WIDE_VALUES[0]) for i in range(3)])
     truncated = data[: len(data) - 20]
-    with pytest.raises(ArrowDecodeUnavailable):
-        decode_columns(truncated, row, WIDE, WIDE.partition_type(SCHEMA))
+    with pytest.raises(ArrowDecodeUnavailable, match="truncated"):
+        decode_columns(truncated, row, WIDE, WIDE.partition_type(SCHEMA), reader=reader)
     with caplog.at_level(logging.WARNING), pytest.raises(InvalidFileError):
-        CachedManifest.decode(truncated, row, {WIDE.spec_id: WIDE}, SCHEMA, decoder="duckdb")
+        CachedManifest.decode(truncated, row, {WIDE.spec_id: WIDE}, SCHEMA, decoder=reader)
     assert "decoding s3://b/t/metadata/m.avro with fastavro" in caplog.text
 
 
@@ -200,3 +216,68 @@ def test_the_decoder_setting_is_validated(monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setenv("ICEFLOE_MANIFEST_DECODER", "fast")
     with pytest.raises(Exception, match="ICEFLOE_MANIFEST_DECODER must be one of"):
         configured_decoder()
+
+
+@pytest.fixture
+def fresh_readers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Forget the loaded readers (per thread) and the ones found unavailable, for this test."""
+    monkeypatch.setattr(avro_arrow, "_local", threading.local())
+    monkeypatch.setattr(avro_arrow, "_unavailable", {})
+    monkeypatch.setattr(avro_arrow, "_duckdb", None)
+
+
+@pytest.mark.usefixtures("fresh_readers")
+def test_without_datafusion_duckdb_decodes_and_without_both_fastavro_does(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    data, row = _manifest(WIDE, 2, [_file(i, WIDE_VALUES[i % 3]) for i in range(6)])
+    specs = {WIDE.spec_id: WIDE}
+    reference = CachedManifest.decode(data, row, specs, SCHEMA, decoder="fastavro")
+    everything = list(range(reference.num_rows))
+    monkeypatch.setitem(sys.modules, "datafusion", None)  # `import datafusion` fails
+    with caplog.at_level(logging.WARNING):
+        by_duckdb = CachedManifest.decode(data, row, specs, SCHEMA, decoder="datafusion")
+    assert "the datafusion Avro reader is unavailable: ModuleNotFoundError" in caplog.text
+    assert "with fastavro" not in caplog.text
+    assert by_duckdb.partition_column(0) is not None  # decoded to Arrow, not by fastavro
+    assert repr(by_duckdb.rows(everything)) == repr(reference.rows(everything))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        CachedManifest.decode(data, row, specs, SCHEMA, decoder="datafusion")
+    assert not caplog.text  # said once, not for every manifest
+
+    monkeypatch.setitem(sys.modules, "duckdb", None)
+    monkeypatch.setattr(avro_arrow, "_local", threading.local())
+    monkeypatch.setattr(avro_arrow, "_duckdb", None)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        by_fastavro = CachedManifest.decode(data, row, specs, SCHEMA, decoder="datafusion")
+    assert "the duckdb Avro reader is unavailable: ModuleNotFoundError" in caplog.text
+    assert "decoding" not in caplog.text  # no reader failed on the file itself
+    assert repr(by_fastavro.rows(everything)) == repr(reference.rows(everything))
+
+
+def test_the_blocks_are_counted_and_a_damaged_sync_marker_is_caught() -> None:
+    data, row = _manifest(WIDE, 2, [_file(i, WIDE_VALUES[0]) for i in range(40)])
+    _, start = read_header(data, row.manifest_path)
+    assert avro_arrow.record_count(data, start, row.manifest_path) == 40
+    damaged = bytearray(data)
+    damaged[-1] ^= 0xFF  # the last block's sync marker
+    with pytest.raises(ArrowDecodeUnavailable, match="lacks its sync marker"):
+        avro_arrow.record_count(bytes(damaged), start, row.manifest_path)
+    for reader in READERS:
+        with pytest.raises(ArrowDecodeUnavailable, match="sync marker"):
+            avro_arrow.read_avro_table(bytes(damaged), row.manifest_path, reader)
+
+
+def test_only_fields_of_empty_records_are_dropped_for_datafusion() -> None:
+    data, row = _manifest(UNPARTITIONED, 2, [_file(i, ()) for i in range(3)])
+    table = avro_arrow.read_avro_table(data, row.manifest_path, "datafusion")
+    data_file = table.schema.field("data_file").type
+    names = [data_file.field(i).name for i in range(data_file.num_fields)]
+    assert "partition" not in names and "file_path" in names and table.num_rows == 3
+    in_union = {"type": "record", "name": "r", "fields": [
+        {"name": "u", "type": ["null", {"type": "record", "name": "e", "fields": []}]},
+    ]}  # fmt: skip
+    with pytest.raises(ArrowDecodeUnavailable, match="a union holds a record with no fields"):
+        avro_arrow._without_empty_records(in_union, "m.avro")
