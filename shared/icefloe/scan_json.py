@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -237,33 +238,80 @@ def _head(plan: ScanPlan, m: CachedManifest, cut: _Rows, closed: bool) -> Any:
     spec = plan.specs[m.spec_id]
     json_type = spec.partition_type(plan.schema)
     groups = _LazyGroups(m, cut)
-    frags: list[Any] = [
-        _text(f'{{"data-file":{{"spec-id":{m.spec_id},"content":"data","file-path":'),
-        _json_strings(cut.column("file_path")),
-        _text(',"file-format":'),
-        _by_value(cut.column("file_format"), lambda v: json.dumps(v)),
-        _text(',"partition":['),
-    ]
+    text = _Fragments()
+    text.add(f'{{"data-file":{{"spec-id":{m.spec_id},"content":"data","file-path":')
+    text.add_string(cut.column("file_path"))
+    text.add(',"file-format":')
+    text.add(_by_value(cut.column("file_format"), lambda v: json.dumps(v)))
+    text.add(',"partition":[')
     for pos, field in enumerate(json_type.fields):
         if pos:
-            frags.append(_text(","))
-        frags.append(_partition_json(m, pos, cut, field.field_type, groups))
-    frags += [
-        _text('],"file-size-in-bytes":'),
-        pc.cast(cut.column("file_size_in_bytes"), pa.string()),
-        _text(',"record-count":'),
-        pc.cast(cut.column("record_count"), pa.string()),
-        _optional(',"key-metadata":', _hex, cut.column("key_metadata")),
-        _optional(',"split-offsets":', _int_lists, cut.column("split_offsets")),
-        _optional(',"sort-order-id":', _numbers, cut.column("sort_order_id")),
-        _optional(',"first-row-id":', _numbers, cut.column("first_row_id")),
-        _text("}"),
-        _residuals(plan, m, groups),
-        _text("}," if closed else ""),
-    ]
-    return pc.binary_join_element_wise(
-        *[f for f in frags if f is not None], "", null_handling="replace", null_replacement=""
-    )
+            text.add(",")
+        text.add(_partition_json(m, pos, cut, field.field_type, groups))
+    text.add('],"file-size-in-bytes":')
+    text.add(pc.cast(cut.column("file_size_in_bytes"), pa.string()))
+    text.add(',"record-count":')
+    text.add(pc.cast(cut.column("record_count"), pa.string()))
+    text.add_optional(',"key-metadata":', _hex, cut.column("key_metadata"))
+    text.add_optional(',"split-offsets":[', _int_lists, cut.column("split_offsets"), "]")
+    text.add_optional(',"sort-order-id":', _numbers, cut.column("sort_order_id"))
+    text.add_optional(',"first-row-id":', _numbers, cut.column("first_row_id"))
+    text.add("}")
+    text.add(_residuals(plan, m, groups))
+    if closed:
+        text.add("},")
+    return text.join()
+
+
+class _Fragments:
+    """The parts of one text per row, joined by one ``binary_join_element_wise``.
+
+    Every part is a pass of that join, and every join made on the way (a prefix glued to its
+    value) is a pass of its own plus a copy of its strings: so adjacent constant texts are
+    merged into one part, and a column without nulls goes in bare, its prefix and suffix as
+    constant parts. Only an optional field with some values missing is joined beforehand
+    (its prefix must vanish where the value does: a null part is written as nothing).
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+
+    def add(self, part: str | Any | None) -> None:
+        """A constant text, or a string array (null written as nothing); None adds nothing."""
+        if part is None:
+            return
+        if isinstance(part, str) and self.parts and isinstance(self.parts[-1], str):
+            self.parts[-1] += part
+        else:
+            self.parts.append(part)
+
+    def add_string(self, array: Any) -> None:
+        """Strings as JSON string literals (null stays null, then written as nothing)."""
+        if _needs_escape(array):
+            self.add(_json_strings(array))
+        else:
+            self.add('"')
+            self.add(array)
+            self.add('"')
+
+    def add_optional(
+        self, prefix: str, text: Callable[[Any], Any], values: Any, suffix: str = ""
+    ) -> None:
+        """``prefix`` + ``text(values)`` + ``suffix`` where a value is present, nothing where
+        it is not."""
+        if values.null_count == len(values):
+            return
+        if values.null_count == 0:
+            self.add(prefix)
+            self.add(text(values))
+            self.add(suffix)
+            return
+        parts = [_text(prefix), text(values)] + ([_text(suffix)] if suffix else [])
+        self.add(pc.binary_join_element_wise(*parts, ""))
+
+    def join(self) -> Any:
+        parts = [_text(p) if isinstance(p, str) else p for p in self.parts]
+        return pc.binary_join_element_wise(*parts, "", null_handling="replace", null_replacement="")
 
 
 class _HeadCache:
@@ -356,6 +404,19 @@ def _string_bytes(array: Any) -> Any:
     return data.slice(first, last - first)
 
 
+def _needs_escape(array: Any) -> bool:
+    """Whether any string of ``array`` holds a character JSON escapes: one look at the bytes
+    of all its strings (a byte below 0x20, a quote or a backslash; a UTF-8 sequence's bytes
+    are all 0x80 or above, so no multi-byte character matches by accident)."""
+    if not pa.types.is_string(array.type):
+        return bool(pc.any(pc.match_substring_regex(array, _NEEDS_ESCAPE)).as_py())
+    data = _string_bytes(array)
+    if not len(data):
+        return False
+    raw = np.frombuffer(data, dtype=np.uint8)
+    return bool((raw < 0x20).any() or (raw == 0x22).any() or (raw == 0x5C).any())
+
+
 def _json_strings(array: Any) -> Any:
     """Strings as JSON string literals (null stays null)."""
     needs = pc.match_substring_regex(array, _NEEDS_ESCAPE)
@@ -377,14 +438,6 @@ def _by_value(array: Any, text: Callable[[Any], str]) -> Any:
     return pc.take(texts, encoded.indices)
 
 
-def _optional(prefix: str, text: Callable[[Any], Any], values: Any) -> Any | None:
-    """``prefix`` + ``text(values)`` where a value is present, null (then omitted) where it
-    is not; None when no value is present."""
-    if values.null_count == len(values):
-        return None
-    return pc.binary_join_element_wise(_text(prefix), text(values), "")
-
-
 def _numbers(array: Any) -> Any:
     return pc.cast(array, pa.string())
 
@@ -399,11 +452,8 @@ def _hex(array: Any) -> Any:
 
 
 def _int_lists(array: Any) -> Any:
-    """``list<int>`` values as JSON arrays (null stays null)."""
-    if array.null_count == len(array):
-        return pa.nulls(len(array), pa.string())
-    inner = pc.binary_join(array.cast(pa.list_(pa.string())), ",")
-    return pc.binary_join_element_wise(_text("["), inner, _text("]"), "")
+    """``list<int>`` values as the insides of JSON arrays (null stays null)."""
+    return pc.binary_join(array.cast(pa.list_(pa.string())), ",")
 
 
 # ---------------------------------------------------------------------------------------------
