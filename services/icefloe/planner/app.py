@@ -69,6 +69,7 @@ from icefloe.model import describe_problems
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError, error_response
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
+from icefloe.planner.pages_ahead import PagesAhead
 from icefloe.planner.plans import PlanStore, StoredPlan
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
 from icefloe.planner.tokens import (
@@ -90,6 +91,12 @@ log = logging.getLogger(__name__)
 
 # Request bodies above this are parsed (JSON, validation, filter) in a worker thread.
 OFFLOAD_BODY_BYTES = 32 << 10
+# Pages of fewer tasks than this are written inline when asked for (a thread hop costs more
+# than writing them) and never ahead of time.
+INLINE_PAGE_TASKS = 16
+# Pages written ahead of their fetch (icefloe.planner.pages_ahead), in all: a fixed part of
+# the service's memory, whatever the number of held plans (a 5,000-task page is ~1.3 MiB).
+PAGES_AHEAD_MAX_BYTES = 32 << 20
 
 NAMESPACE_SEPARATOR = "\x1f"
 SCAN_PLANNING_MODE = "scan-planning-mode"
@@ -231,6 +238,7 @@ class _StateCollector:
             ("cache_entries", stats.entries, "manifest lists and manifests cached"),
             ("plans", len(s.plans), "plans held for plan-task fetches"),
             ("plan_bytes", s.plans.bytes, "bytes of the selected rows held plans keep"),
+            ("pages_ahead_bytes", s.ahead.nbytes, "bytes of plan pages written ahead of fetches"),
             ("tables", len(s.refresher.tables), "tables held in memory"),
         ):
             gauge = GaugeMetricFamily(f"icefloe_planner_{name}", doc)
@@ -319,6 +327,9 @@ class PlannerService:
         # loop runs each one's parsing, token and small plans itself, and a /healthz probe
         # waits behind every handler step queued before it. Queued requests cost nothing.
         self._admission = asyncio.Semaphore(2 * config.planning_concurrency)
+        # One page ahead per plan, as many plans at once as pages are written at once.
+        self.ahead = PagesAhead(config.planning_concurrency, PAGES_AHEAD_MAX_BYTES)
+        self._serving: set[tuple[str, int]] = set()  # pages being written for a fetch
         self.wall_clock = wall_clock
         self.consumer: TableCommittedFeed | None = None
         if config.brokers:
@@ -394,6 +405,7 @@ class PlannerService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await self.ahead.close()
         if self.consumer is not None:
             await self.consumer.stop()
         runner, self._runner = self._runner, None
@@ -719,18 +731,41 @@ class PlannerService:
         if tokens:
             head["plan-tasks"] = tokens
         prefix = json.dumps(head).encode("utf-8")[:-1] + b","
-        return await self._page(stored.plan, 0, stored.page_size, prefix, b"}")
+        body = await self._page(stored.plan, 0, stored.page_size, prefix, b"}")
+        self._write_ahead(stored, 1)
+        return body
+
+    def _inline(self, plan: ScanPlan, start: int, stop: int) -> bool:
+        """Whether a page is cheaper to write on the event loop than in a thread: a handful
+        of tasks, or slices of texts already written."""
+        return min(stop, len(plan)) - start <= INLINE_PAGE_TASKS or page_is_written(
+            plan, start, stop
+        )
 
     async def _page(
         self, plan: ScanPlan, start: int, stop: int, prefix: bytes, suffix: bytes
     ) -> bytes:
         """``prefix``, the members of a ScanTasks object (JSON text), ``suffix``: joined in
-        one copy (a page is megabytes), written in a worker thread unless it is a handful of
-        tasks or slices of texts already written (a thread hop costs more than those)."""
-        if min(stop, len(plan)) - start <= 16 or page_is_written(plan, start, stop):
+        one copy (a page is megabytes), written in a worker thread unless :meth:`_inline`."""
+        if self._inline(plan, start, stop):
             return scan_tasks_wrapped(plan, start, stop, prefix, suffix)
         async with self._cpu_slots:
             return await asyncio.to_thread(scan_tasks_wrapped, plan, start, stop, prefix, suffix)
+
+    def _write_ahead(self, stored: StoredPlan, page: int) -> None:
+        """Start writing ``page`` of a plan whose previous page was just served, unless it is
+        served, being written for a fetch, or cheap enough to write when asked for."""
+        start = page * stored.page_size
+        stop = start + stored.page_size
+        if (
+            page >= stored.pages
+            or page in stored.fetched
+            or (stored.key, page) in self._serving
+            or self._inline(stored.plan, start, stop)
+        ):
+            return
+        plan = stored.plan
+        self.ahead.start(stored.key, plan, page, lambda: self._page(plan, start, stop, b"{", b"}"))
 
     async def _resolve(
         self, ident: TableIdentifier, plan_id: str, error_type: str, what: str
@@ -790,6 +825,7 @@ class PlannerService:
             )
         self.plans.remove(identity.key, ident)
         self.plans.cancel(identity.key)
+        self.ahead.drop(identity.key)
         return web.Response(status=204)
 
     async def _fetch_tasks(self, request: web.Request) -> web.Response:
@@ -822,9 +858,18 @@ class PlannerService:
                 f"{what} of table {ident} does not exist: the plan has pages 1 to "
                 f"{stored.pages - 1} besides the first",
             )
-        start = page * stored.page_size
-        body_out = await self._page(stored.plan, start, start + stored.page_size, b"{", b"}")
+        serving = (stored.key, page)
+        self._serving.add(serving)
+        try:
+            body_out = await self.ahead.take(stored.key, stored.plan, page)
+            if body_out is None:
+                start = page * stored.page_size
+                stop = start + stored.page_size
+                body_out = await self._page(stored.plan, start, stop, b"{", b"}")
+        finally:
+            self._serving.discard(serving)
         self.plans.page_fetched(stored, page)
+        self._write_ahead(stored, page + 1)
         return _json_bytes_response(body_out)
 
 
