@@ -233,13 +233,15 @@ def test_the_service_benchmark_runs_every_client_level() -> None:
         for w in ("1 process", "2 processes")
         for name in [
             *(f"0k-file table, {w}, {n} clients, selective" for n in CLIENT_LEVELS),
-            f"0k-file table, {w}, full plan to the last page (REST)",
+            f"0k-file table, {w}, full plan to the last page (REST, one page at a time)",
+            f"0k-file table, {w}, full plan to the last page (REST, 4 fetchers)",
         ]
     ]
     assert all(f.icefloe.work >= 20 for f in figures if "selective" in f.name)
     assert sum("healthz p99" in note for note in ctx.notes) == 2 * len(CLIENT_LEVELS)
     assert sum("plan p50" in note for note in ctx.notes) == 2 * len(CLIENT_LEVELS)
-    assert sum("full plan over HTTP, 60 tasks" in note for note in ctx.notes) == 2
+    assert sum("full plan over HTTP (one page at a time), 60 tasks" in n for n in ctx.notes) == 2
+    assert sum("full plan over HTTP (4 fetchers), 60 tasks" in n for n in ctx.notes) == 2
     assert sum("Overhead (RSS - cache bytes - plan bytes" in note for note in ctx.notes) == 2
 
 
