@@ -7,14 +7,15 @@ each field of the ``data-file`` object is one string array made by Arrow kernels
 cast to text, paths quoted, partition values and file formats converted once per distinct
 value and spread with ``take``), and one ``binary_join_element_wise`` glues the fields into
 one text per task, whose bytes are the page. Residual filters are computed once per
-distinct partition, and delete files are attached by the snapshot's
-:class:`~icefloe.delete_index.DeleteFileIndex` only to the rows an Arrow test says may have
-one (a path a deletion vector names, a partition with scoped deletes, a sequence number
-below a global equality delete's), so the index's rules stay the one implementation.
+distinct partition; column stats a plan asks for (``stats-fields``) are counts cast by Arrow
+and bounds converted once per distinct stored value; delete files are attached by the
+snapshot's :class:`~icefloe.delete_index.DeleteFileIndex` only to the rows an Arrow test says
+may have one (a path a deletion vector names, a partition with scoped deletes, a sequence
+number below a global equality delete's), so the index's rules stay the one implementation.
 
 :func:`scan_tasks_json` is the reference: the same object built per file from ``DataFile``
-objects (and what a plan asking for column stats uses). The tests hold both to the same
-output on plans with deletes, evolved partition specs and pages.
+objects. The tests hold both to the same output on plans with deletes, column stats, evolved
+partition specs and pages.
 """
 
 from __future__ import annotations
@@ -25,13 +26,14 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icefloe.arrow_values import arrow_to_values
+from icefloe.arrow_values import arrow_to_values, decode_bounds
 from icefloe.cached_manifest import CachedManifest
 from icefloe.content_file import content_file_to_json, value_json
 from icefloe.datafile import DataFile
@@ -39,7 +41,8 @@ from icefloe.expression_json import expression_to_json
 from icefloe.expressions import AlwaysTrue, BooleanExpression
 from icefloe.manifest_list import ManifestContent
 from icefloe.scan_plan import ScanPlan
-from icefloe.types import IcebergType
+from icefloe.types import IcebergType, IntegerType, LongType, PrimitiveType
+from icefloe.values import from_bytes
 
 _STATS_KEYS = (
     "column-sizes",
@@ -147,11 +150,7 @@ def scan_tasks_wrapped(
     (``"file-scan-tasks":[…]`` and, when deletes apply, ``,"delete-files":[…]``), then
     ``suffix``, joined in one copy: a page of a full plan is megabytes, and every
     concatenation of it costs a fresh allocation of that size (for a server, the response
-    body is ``{``, members, ``}``). The same JSON value as :func:`scan_tasks_json` (a plan
-    that asks for column stats is written by it)."""
-    if plan.stats_field_ids:
-        text = json.dumps(scan_tasks_json(plan, start, stop), separators=(",", ":"))
-        return prefix + text[1:-1].encode("utf-8") + suffix
+    body is ``{``, members, ``}``). The same JSON value as :func:`scan_tasks_json`."""
     deletes = _DeleteFiles(plan)
     chunks: list[Any] = [prefix, b'"file-scan-tasks":[']
     chunks += [_piece(plan, m, rows, deletes) for m, rows in plan.pieces(start, stop)]
@@ -171,7 +170,7 @@ def scan_tasks_wrapped(
 def page_is_written(plan: ScanPlan, start: int, stop: int) -> bool:
     """Whether tasks ``start``..``stop`` are slices of task texts already written (so
     serving them costs a copy: a server need not hand them to a worker thread)."""
-    if plan.stats_field_ids or len(plan.deletes):
+    if len(plan.deletes):
         return False
     return all(
         len(rows) < COLUMNS_FROM_ROWS // 8 or _HEADS.holds(plan, m)
@@ -256,6 +255,9 @@ def _head(plan: ScanPlan, m: CachedManifest, cut: _Rows, closed: bool) -> Any:
     text.add_optional(',"split-offsets":[', _int_lists, cut.column("split_offsets"), "]")
     text.add_optional(',"sort-order-id":', _numbers, cut.column("sort_order_id"))
     text.add_optional(',"first-row-id":', _numbers, cut.column("first_row_id"))
+    if plan.stats_field_ids:
+        for stats in _column_stats(plan, m, cut):
+            text.add(stats)
     text.add("}")
     text.add(_residuals(plan, m, groups))
     if closed:
@@ -376,11 +378,12 @@ COLUMNS_FROM_ROWS = 48
 def _piece_per_file(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) -> bytes:
     """Rows written per file, as the reference does: for a few rows (cheaper than the
     kernels) and for rows the column writer does not handle (a delete manifest's)."""
-    decoded = m.rows(rows, with_metrics=plan.deletes.has_equality_deletes())
+    with_metrics = bool(plan.stats_field_ids) or plan.deletes.has_equality_deletes()
+    decoded = m.rows(rows, with_metrics=with_metrics)
     residual = plan.residual_evaluator(m.spec_id)
     out = []
     for f, seq in zip(decoded.data_files, decoded.data_sequence_numbers):
-        entry: dict[str, Any] = {"data-file": content_file_json(f, plan, frozenset())}
+        entry: dict[str, Any] = {"data-file": content_file_json(f, plan, plan.stats_field_ids)}
         r = residual.residual_for(f.partition)
         if not same_filter(r, plan.row_filter):
             entry["residual-filter"] = expression_to_json(r, legacy=True)
@@ -454,6 +457,85 @@ def _hex(array: Any) -> Any:
 def _int_lists(array: Any) -> Any:
     """``list<int>`` values as the insides of JSON arrays (null stays null)."""
     return pc.binary_join(array.cast(pa.list_(pa.string())), ",")
+
+
+# ---------------------------------------------------------------------------------------------
+# Column stats (for plans that ask for them with ``stats-fields``)
+# ---------------------------------------------------------------------------------------------
+
+_COUNT_STATS = (
+    ("column-sizes", "column_sizes"),
+    ("value-counts", "value_counts"),
+    ("null-value-counts", "null_value_counts"),
+    ("nan-value-counts", "nan_value_counts"),
+)
+_BOUND_STATS = (("lower-bounds", "lower_bounds"), ("upper-bounds", "upper_bounds"))
+
+
+def _column_stats(plan: ScanPlan, m: CachedManifest, cut: _Rows) -> list[Any]:
+    """``,"value-counts":{"keys":[…],"values":[…]}`` and the other stats maps, one string
+    array each (null where a row has none of the asked columns: the reference omits an empty
+    map). Counts are cast by Arrow; a bound is converted from its stored bytes by the
+    reference's own functions, once per distinct value. A column no longer in the schema, or
+    not primitive, has no typed bound, so bounds list only the others (as the reference)."""
+    ids = sorted(plan.stats_field_ids)
+    out = []
+    for key, column in _COUNT_STATS:
+        counts = [pc.cast(cut.cut(m.counts(column, fid)), pa.string()) for fid in ids]
+        out.append(_stats_map(key, ids, counts))
+    typed: list[tuple[int, PrimitiveType, str]] = []
+    for fid in ids:
+        field = plan.schema.find_field(fid)
+        if field is not None and isinstance(field.field_type, PrimitiveType):
+            typed.append((fid, field.field_type, field.name))
+    for key, column in _BOUND_STATS:
+        bounds = [
+            _bound_texts(t, cut.cut(m.raw_bounds(column, fid)), cut, name, column[:5])
+            for fid, t, name in typed
+        ]
+        out.append(_stats_map(key, [fid for fid, _, _ in typed], bounds))
+    return [stats for stats in out if stats is not None]
+
+
+def _bound_texts(t: PrimitiveType, raw: Any, cut: _Rows, name: str, which: str) -> Any:
+    """Stored bounds as JSON texts (null stays null): integers decoded and cast by Arrow,
+    other types by the reference's conversion once per distinct stored value."""
+    if isinstance(t, IntegerType | LongType):
+        paths = cut.column("file_path")
+        decoded = decode_bounds(t, raw, lambda row: str(paths[row]), name, which)
+        return pc.cast(decoded, pa.string())
+    return _by_value(raw, partial(_bound_json, t))
+
+
+def _bound_json(t: PrimitiveType, raw: bytes) -> str:
+    return json.dumps(value_json(t, from_bytes(t, raw)))
+
+
+def _stats_map(key: str, ids: list[int], texts: list[Any]) -> Any | None:
+    """``,"<key>":{"keys":[ids present],"values":[their texts]}`` per row, from one text
+    array per field id (null where the row has no value for it); null where a row has none."""
+    pairs = [(fid, t) for fid, t in zip(ids, texts, strict=True) if t.null_count < len(t)]
+    if not pairs:
+        return None
+    if len(pairs) == 1:
+        fid, only = pairs[0]
+        return pc.binary_join_element_wise(
+            _text(f',"{key}":{{"keys":[{fid}],"values":['), only, _text("]}"), ""
+        )
+    absent = pa.scalar(None, pa.string())
+    keys = pc.binary_join_element_wise(
+        *[pc.if_else(pc.is_valid(t), _text(str(fid)), absent) for fid, t in pairs],
+        ",",
+        null_handling="skip",
+    )
+    values = pc.binary_join_element_wise(*[t for _, t in pairs], ",", null_handling="skip")
+    entry = pc.binary_join_element_wise(
+        _text(f',"{key}":{{"keys":['), keys, _text('],"values":['), values, _text("]}"), ""
+    )
+    present = pc.is_valid(pairs[0][1])
+    for _, t in pairs[1:]:
+        present = pc.or_(present, pc.is_valid(t))
+    return pc.if_else(present, entry, absent)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -249,11 +249,35 @@ def test_the_tables_exercise_what_they_claim(tables: list[Table]) -> None:
     assert any("residual-filter" in t for t in filtered["file-scan-tasks"])
 
 
-def test_stats_fields_are_written_by_the_reference(tables: list[Table]) -> None:
-    p = _plan(tables[0], None, stats_fields=["id"])
-    ours = json.loads(scan_tasks_bytes(p, 0, 1000))
-    assert _canonical(ours) == _canonical(scan_tasks_json(p, 0, 1000))
-    assert all("value-counts" in t["data-file"] for t in ours["file-scan-tasks"])
+STATS_FIELDS = [["id"], ["amount", "id"], ["id", "amount", "name", "day"]]
+
+
+@pytest.mark.parametrize("columns_from", [0, scan_json.COLUMNS_FROM_ROWS])
+@pytest.mark.parametrize("which", [0, 1], ids=["v2", "v3"])
+@pytest.mark.parametrize("stats", STATS_FIELDS, ids=lambda s: "+".join(s))
+@pytest.mark.parametrize("expr", [None, FILTERS[5]], ids=["none", "or"])
+def test_pages_with_column_stats_match_the_per_file_reference(
+    tables: list[Table],
+    which: int,
+    stats: list[str],
+    expr: dict[str, Any] | None,
+    columns_from: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Plans asking for ``stats-fields`` are written by columns too: counts of one or several
+    columns, bounds, columns some files have no stats for (name, day)."""
+    monkeypatch.setattr(scan_json, "COLUMNS_FROM_ROWS", columns_from)
+    p = _plan(tables[which], expr, stats_fields=stats)
+    for size in (1, 5, 1000):
+        for start in range(0, max(1, len(p)), size):
+            ours = json.loads(scan_tasks_bytes(p, start, start + size))
+            reference = scan_tasks_json(p, start, start + size)
+            assert _canonical(ours) == _canonical(reference), (size, start)
+    whole = scan_tasks_json(p, 0, 1000)["file-scan-tasks"]
+    assert all("value-counts" in t["data-file"] for t in whole)
+    assert all(t["data-file"]["lower-bounds"]["keys"] == [1] for t in whole)
+    if "amount" in stats:
+        assert any(t["data-file"]["null-value-counts"]["keys"] == [1, 2] for t in whole)
 
 
 def test_a_manifests_later_pages_are_slices_of_texts_already_written(
