@@ -37,6 +37,7 @@ from icefloe.arrow_values import arrow_to_values, decode_bounds
 from icefloe.cached_manifest import CachedManifest
 from icefloe.content_file import content_file_to_json, value_json
 from icefloe.datafile import DataFile
+from icefloe.delete_index import path_bounds, same_partition
 from icefloe.expression_json import expression_to_json
 from icefloe.expressions import AlwaysTrue, BooleanExpression
 from icefloe.manifest_list import ManifestContent
@@ -666,6 +667,26 @@ def _residuals(plan: ScanPlan, m: CachedManifest, lazy: _LazyGroups) -> Any | No
     return groups.spread(texts)
 
 
+# Each row's delete files are listed as DeleteFileIndex.for_data_file lists them: by kind in
+# this order, each kind's files in the index's lookup order (a row has one bucket per kind).
+_DV, _BY_PATH, _BY_PARTITION, _EQUALITY = range(4)
+_KIND = 1 << 32  # a hit's rank: kind * _KIND + its place in the bucket
+
+
+class _Hits:
+    """(row, rank, delete file) triples: the delete files chosen for some rows."""
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.ranks: list[Any] = []
+        self.files: list[DataFile] = []
+
+    def add(self, rows: Any, rank: int, f: DataFile) -> None:
+        self.rows.append(rows)
+        self.ranks.append(np.full(len(rows), rank, dtype=np.int64))
+        self.files.extend([f] * len(rows))
+
+
 def _delete_refs(
     plan: ScanPlan,
     m: CachedManifest,
@@ -673,37 +694,126 @@ def _delete_refs(
     lazy: _LazyGroups,
     deletes: _DeleteFiles,
 ) -> Any | None:
-    """``,"delete-file-references":[…]`` per row that has deletes to apply."""
+    """``,"delete-file-references":[…]`` per row that has deletes to apply.
+
+    The index's rules, applied to all rows at once: deletes naming a path (deletion vectors,
+    path-scoped position deletes) are looked up for the rows whose path is named; position
+    deletes scoped to a partition are tested per (partition, delete) against the sequence
+    numbers and paths of that partition's rows with numpy and Arrow; only the rows an
+    equality delete may apply to (by sequence number or partition) are decoded, for the
+    column metrics that can rule it out.
+    """
     index = plan.deletes
     if not len(index):
         return None
-    rows = cut.rows
-    n = len(rows)
-    candidates = pa.repeat(pa.scalar(False), n)
-    paths = index.referenced_paths()
-    if paths:
-        named = pc.is_in(cut.column("file_path"), value_set=pa.array(sorted(paths)))
-        candidates = pc.or_(candidates, pc.fill_null(named, False))
-    groups = lazy.get()
-    scoped = [index.scopes_partition(m.spec_id, t) for t in groups.tuples]
-    if any(scoped):
-        candidates = pc.or_(candidates, pc.take(pa.array(scoped, pa.bool_()), groups.index))
+    n = len(cut.rows)
+    seqs = pc.fill_null(cut.column("data_sequence_number"), 0).to_numpy(zero_copy_only=False)
+    paths = cut.column("file_path")
+    hits = _Hits()
+    vectored = np.zeros(n, dtype=bool)  # rows an applying deletion vector covers
+    named_paths = index.referenced_paths()
+    if named_paths:
+        named = pc.fill_null(pc.is_in(paths, value_set=pa.array(sorted(named_paths))), False)
+        rows = pc.indices_nonzero(named).to_numpy()
+        if len(rows):
+            groups = lazy.get()
+            group_of = groups.index.to_numpy()
+            for i in rows.tolist():
+                (dv_seqs, dvs), (bp_seqs, by_path) = index.path_deletes(paths[i].as_py())
+                part = groups.tuples[group_of[i]]
+                row = np.array([i], dtype=np.int64)
+                for j, (d_seq, d) in enumerate(zip(dv_seqs, dvs, strict=True)):
+                    if seqs[i] <= d_seq and same_partition(d, m.spec_id, part):
+                        hits.add(row, _DV * _KIND + j, d)
+                        vectored[i] = True
+                if vectored[i]:
+                    continue
+                for j, (d_seq, d) in enumerate(zip(bp_seqs, by_path, strict=True)):
+                    if seqs[i] <= d_seq and same_partition(d, m.spec_id, part):
+                        hits.add(row, _BY_PATH * _KIND + j, d)
+    if index.has_partition_position_deletes():
+        _partition_position_hits(index, m, lazy.get(), seqs, paths, vectored, hits)
+    _equality_hits(plan, m, cut, lazy, seqs, hits)
+    if not hits.rows:
+        return None
+    rows_all = np.concatenate(hits.rows)
+    order = np.lexsort((np.concatenate(hits.ranks), rows_all))
+    refs = deletes.refs([hits.files[k] for k in order])  # numbered by first appearance
+    rows_sorted = rows_all[order]
+    with_refs, starts = np.unique(rows_sorted, return_index=True)
+    offsets = pa.array(np.append(starts, len(rows_sorted)).astype(np.int32))
+    lists = pa.ListArray.from_arrays(offsets, pa.array(refs, pa.int64()).cast(pa.string()))
+    texts = pc.binary_join_element_wise(
+        _text(',"delete-file-references":['), pc.binary_join(lists, ","), _text("]"), ""
+    )
+    where = np.full(n, -1, dtype=np.int64)
+    where[with_refs] = np.arange(len(with_refs))
+    return pc.take(texts, pa.array(where, mask=where < 0))
+
+
+def _partition_position_hits(
+    index: Any,
+    m: CachedManifest,
+    groups: _PartitionGroups,
+    seqs: Any,
+    paths: Any,
+    vectored: Any,
+    hits: _Hits,
+) -> None:
+    """Position deletes scoped to a partition: each applies to the rows of its partition with
+    a sequence number ``<=`` its own whose path lies within its ``file_path`` bounds, unless
+    a deletion vector covers the row."""
+    group_of = groups.index.to_numpy()
+    binary_paths: Any = None
+    for g, part in enumerate(groups.tuples):
+        d_seqs, files = index.partition_position_deletes(m.spec_id, part)
+        if not files:
+            continue
+        in_group = np.nonzero((group_of == g) & ~vectored)[0]
+        for j, (d_seq, d) in enumerate(zip(d_seqs, files, strict=True)):
+            rows = in_group[seqs[in_group] <= d_seq]
+            lower, upper = path_bounds(d)
+            if len(rows) and (lower is not None or upper is not None):
+                if binary_paths is None:
+                    binary_paths = paths.cast(pa.binary())
+                candidates = binary_paths.take(pa.array(rows))
+                within = pa.repeat(pa.scalar(True), len(rows))
+                if lower is not None:
+                    within = pc.and_(within, pc.greater_equal(candidates, pa.scalar(lower)))
+                if upper is not None:
+                    within = pc.and_(within, pc.less_equal(candidates, pa.scalar(upper)))
+                rows = rows[pc.fill_null(within, False).to_numpy(zero_copy_only=False)]
+            if len(rows):
+                hits.add(rows, _BY_PARTITION * _KIND + j, d)
+
+
+def _equality_hits(
+    plan: ScanPlan, m: CachedManifest, cut: _Rows, lazy: _LazyGroups, seqs: Any, hits: _Hits
+) -> None:
+    """Equality deletes for the rows one may apply to: below a global equality delete's
+    sequence number, or in a partition with equality deletes. Those rows are decoded (with
+    metrics: an equality delete is ruled out by the data file's column bounds and counts)."""
+    index = plan.deletes
+    if not index.has_equality_deletes():
+        return
+    candidates = np.zeros(len(seqs), dtype=bool)
     newest_global = index.max_global_sequence()
     if newest_global is not None:
-        seqs = pc.fill_null(cut.column("data_sequence_number"), 0)
-        candidates = pc.or_(candidates, pc.less(seqs, newest_global))
-    chosen = pc.indices_nonzero(candidates)
-    if not len(chosen):
-        return None
-    decoded = m.rows(pc.take(rows, chosen), with_metrics=index.has_equality_deletes())
-    texts: list[str | None] = [None] * n
+        candidates |= seqs < newest_global
+    groups = lazy.get()
+    scoped = [index.scopes_equality(m.spec_id, t) for t in groups.tuples]
+    if any(scoped):
+        candidates |= np.array(scoped, dtype=bool)[groups.index.to_numpy()]
+    rows = np.nonzero(candidates)[0]
+    if not len(rows):
+        return
+    decoded = m.rows(pc.take(cut.rows, pa.array(rows)), with_metrics=True)
     for i, f, seq in zip(
-        chosen.to_pylist(), decoded.data_files, decoded.data_sequence_numbers, strict=True
+        rows.tolist(), decoded.data_files, decoded.data_sequence_numbers, strict=True
     ):
-        refs = deletes.refs(index.for_data_file(f, seq))
-        if refs:
-            texts[i] = ',"delete-file-references":[' + ",".join(map(str, refs)) + "]"
-    return pa.array(texts, pa.string())
+        row = np.array([i], dtype=np.int64)
+        for k, d in enumerate(index.equality_deletes_for(f, seq)):
+            hits.add(row, _EQUALITY * _KIND + k, d)
 
 
 __all__ = [

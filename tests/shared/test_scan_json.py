@@ -146,7 +146,23 @@ async def _v2_table(warehouse: Path) -> Table:
     )
     table = await row_delta(table, [], [by_file, by_partition, partition_eq]).commit()
     later = [_data(loc, i, 1, (AMOUNTS[i % 6], NAMES[i % 6], 19_000)) for i in range(40, 46)]
-    return await fast_append(table, later).commit()
+    table = await fast_append(table, later).commit()
+    # Three files of one partition, and a position delete of that partition whose file_path
+    # bounds cover two of them (paths of names "back\\slash" < "new\nline" < "été").
+    shared = [_data(loc, i, 1, (1.5, "plain", 19_500)) for i in (50, 51, 52)]
+    table = await fast_append(table, shared).commit()
+    bounded = DataFile(
+        f"{loc}/data/pos-bounded.parquet",
+        "parquet",
+        (1.5, "plain", 19_500),
+        2,
+        10,
+        content=DataFileContent.POSITION_DELETES,
+        spec_id=1,
+        lower_bounds={DELETE_FILE_PATH_ID: shared[0].file_path.encode()},
+        upper_bounds={DELETE_FILE_PATH_ID: shared[1].file_path.encode()},
+    )
+    return await row_delta(table, [], [bounded]).commit()
 
 
 async def _v3_table(warehouse: Path) -> Table:
@@ -242,6 +258,15 @@ def test_the_tables_exercise_what_they_claim(tables: list[Table]) -> None:
     partitions = [t["data-file"]["partition"] for t in tasks if t["data-file"]["spec-id"] == 1]
     assert {_canonical(p[0]) for p in partitions} >= {"-0.0", "0.0", "NaN", "null"}
     assert any("key-metadata" in t["data-file"] for t in tasks)
+    bounded = v2["delete-files"].index(
+        next(d for d in v2["delete-files"] if d["file-path"].endswith("pos-bounded.parquet"))
+    )
+    covered = [
+        t["data-file"]["file-path"].rsplit("/", 1)[-1]
+        for t in tasks
+        if bounded in t.get("delete-file-references", [])
+    ]
+    assert sorted(covered) == ["0050.parquet", "0051.parquet"]  # not 0052: outside the bounds
     v3 = scan_tasks_json(_plan(tables[1], None), 0, 1000)
     assert len(v3["delete-files"]) == 4  # four DVs in one Puffin file, told apart by offset
     assert all("first-row-id" in t["data-file"] for t in v3["file-scan-tasks"])
