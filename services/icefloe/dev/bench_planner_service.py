@@ -138,9 +138,18 @@ async def _run_level(
 FULL_PLAN_FETCHERS = (1, 4)
 
 
-async def _full_plan(session: Any, url: str, fetchers: int = 1) -> tuple[float, int, int]:
+async def _full_plan(url: str, fetchers: int = 1) -> tuple[float, int, int]:
     """A full plan fetched to its last page by ``fetchers`` concurrent fetches: seconds,
-    tasks and bytes received."""
+    tasks and bytes received. The client has connections of its own (a reader's REST
+    client, not the load generator's pool of 150: with several planner processes those
+    would send each page to any of them)."""
+    import aiohttp
+
+    async with aiohttp.ClientSession() as session:
+        return await _fetch_full_plan(session, url, fetchers)
+
+
+async def _fetch_full_plan(session: Any, url: str, fetchers: int) -> tuple[float, int, int]:
     started = time.perf_counter()
     async with session.post(url + TABLE + "/plan", json={}) as r:
         if r.status != 200:
@@ -257,7 +266,7 @@ async def _serve(
                 )
             if full_peer is not None:
                 for fetchers in FULL_PLAN_FETCHERS:
-                    full = [await _full_plan(session, url, fetchers) for _ in range(2)]
+                    full = [await _full_plan(url, fetchers) for _ in range(2)]
                     seconds, tasks, size = min(full)
                     how = "one page at a time" if fetchers == 1 else f"{fetchers} fetchers"
                     figures.append(
