@@ -97,6 +97,10 @@ class _Bucket:
         seqs, files = self._sorted()
         return files[bisect.bisect_right(seqs, seq) :]
 
+    def ordered(self) -> tuple[list[int], list[DataFile]]:
+        """Data sequence numbers and deletes, in the order lookups return them."""
+        return self._sorted()
+
 
 class DeleteFileIndex:
     """Delete files of one snapshot, indexed for :meth:`for_data_file`.
@@ -182,6 +186,51 @@ class DeleteFileIndex:
     def has_equality_deletes(self) -> bool:
         return bool(self._eq) or self.max_global_sequence() is not None
 
+    # -- the scopes, for callers that select deletes for many rows at once ----------------------
+
+    def scopes_equality(self, spec_id: int, partition: tuple[Any, ...]) -> bool:
+        """Whether partition-scoped equality deletes exist for this partition."""
+        return (spec_id, partition_key(partition)) in self._eq
+
+    def path_deletes(
+        self, path: str
+    ) -> tuple[tuple[list[int], list[DataFile]], tuple[list[int], list[DataFile]]]:
+        """The deletion vectors and the path-scoped position deletes naming data file
+        ``path``, each with their sequence numbers, in lookup order. As in
+        :meth:`for_data_file`, one applies to a file of its partition (:func:`same_partition`)
+        whose sequence number is ``<=`` its own, and an applying vector replaces every
+        position delete."""
+        dvs = self._dvs.get(path)
+        by_path = self._pos_by_path.get(path)
+        return (
+            dvs.ordered() if dvs is not None else ([], []),
+            by_path.ordered() if by_path is not None else ([], []),
+        )
+
+    def has_partition_position_deletes(self) -> bool:
+        return bool(self._pos)
+
+    def partition_position_deletes(
+        self, spec_id: int, partition: tuple[Any, ...]
+    ) -> tuple[list[int], list[DataFile]]:
+        """Position deletes scoped to a partition, with their sequence numbers, in lookup
+        order (each applies to files with ``seq <=`` its own whose path lies within its
+        bounds: :func:`path_bounds`)."""
+        bucket = self._pos.get((spec_id, partition_key(partition)))
+        return bucket.ordered() if bucket is not None else ([], [])
+
+    def equality_deletes_for(
+        self, data_file: DataFile, data_sequence_number: int
+    ) -> list[DataFile]:
+        """The equality deletes a reader must apply to ``data_file`` (global, then of its
+        partition), as :meth:`for_data_file` lists them after the position deletes."""
+        seq = data_sequence_number
+        out = [d for d in self._global_eq.above(seq) if self._may_share_rows(data_file, d)]
+        bucket = self._eq.get((data_file.spec_id, partition_key(data_file.partition)))
+        if bucket is not None:
+            out.extend(d for d in bucket.above(seq) if self._may_share_rows(data_file, d))
+        return out
+
     def for_data_file(self, data_file: DataFile, data_sequence_number: int) -> list[DataFile]:
         """The delete files a reader must apply to ``data_file`` (in no particular order)."""
         if not self._count:
@@ -205,12 +254,7 @@ class DeleteFileIndex:
             if bucket is not None:
                 out.extend(d for d in bucket.at_least(seq) if _path_within(d, path))
 
-        for d in self._global_eq.above(seq):
-            if self._may_share_rows(data_file, d):
-                out.append(d)
-        bucket = self._eq.get(key)
-        if bucket is not None:
-            out.extend(d for d in bucket.above(seq) if self._may_share_rows(data_file, d))
+        out.extend(self.equality_deletes_for(data_file, seq))
         return out
 
     # -- equality delete pruning --------------------------------------------------------------
@@ -279,10 +323,23 @@ def _same_partition(delete: DataFile, key: tuple[int, tuple[Any, ...]]) -> bool:
     return (delete.spec_id, partition_key(delete.partition)) == key
 
 
-def _path_within(delete: DataFile, path: str) -> bool:
-    """Whether ``path`` lies within the bounds of a position delete's ``file_path`` column."""
+def same_partition(delete: DataFile, spec_id: int, partition: tuple[Any, ...]) -> bool:
+    """Whether a delete file is in this partition (spec and values, floats by their bits)."""
+    return _same_partition(delete, (spec_id, partition_key(partition)))
+
+
+def path_bounds(delete: DataFile) -> tuple[bytes | None, bytes | None]:
+    """The lower and upper bound of a position delete's ``file_path`` column (UTF-8 bytes,
+    whose order is code point order), None where absent: paths outside them have no row
+    deleted by it."""
     lower = (delete.lower_bounds or {}).get(DELETE_FILE_PATH_ID)
     upper = (delete.upper_bounds or {}).get(DELETE_FILE_PATH_ID)
+    return lower, upper
+
+
+def _path_within(delete: DataFile, path: str) -> bool:
+    """Whether ``path`` lies within the bounds of a position delete's ``file_path`` column."""
+    lower, upper = path_bounds(delete)
     encoded = path.encode("utf-8")
     # UTF-8 bytes order is code point order, so the raw bounds compare as strings do.
     if lower is not None and encoded < lower:
@@ -295,4 +352,6 @@ __all__ = [
     "DeleteFileIndex",
     "is_deletion_vector",
     "partition_key",
+    "path_bounds",
+    "same_partition",
 ]

@@ -7,14 +7,15 @@ each field of the ``data-file`` object is one string array made by Arrow kernels
 cast to text, paths quoted, partition values and file formats converted once per distinct
 value and spread with ``take``), and one ``binary_join_element_wise`` glues the fields into
 one text per task, whose bytes are the page. Residual filters are computed once per
-distinct partition, and delete files are attached by the snapshot's
-:class:`~icefloe.delete_index.DeleteFileIndex` only to the rows an Arrow test says may have
-one (a path a deletion vector names, a partition with scoped deletes, a sequence number
-below a global equality delete's), so the index's rules stay the one implementation.
+distinct partition; column stats a plan asks for (``stats-fields``) are counts cast by Arrow
+and bounds converted once per distinct stored value; delete files are attached by the
+snapshot's :class:`~icefloe.delete_index.DeleteFileIndex` only to the rows an Arrow test says
+may have one (a path a deletion vector names, a partition with scoped deletes, a sequence
+number below a global equality delete's), so the index's rules stay the one implementation.
 
 :func:`scan_tasks_json` is the reference: the same object built per file from ``DataFile``
-objects (and what a plan asking for column stats uses). The tests hold both to the same
-output on plans with deletes, evolved partition specs and pages.
+objects. The tests hold both to the same output on plans with deletes, column stats, evolved
+partition specs and pages.
 """
 
 from __future__ import annotations
@@ -25,20 +26,24 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icefloe.arrow_values import arrow_to_values
+from icefloe.arrow_values import arrow_to_values, decode_bounds
 from icefloe.cached_manifest import CachedManifest
 from icefloe.content_file import content_file_to_json, value_json
 from icefloe.datafile import DataFile
+from icefloe.delete_index import path_bounds, same_partition
 from icefloe.expression_json import expression_to_json
 from icefloe.expressions import AlwaysTrue, BooleanExpression
 from icefloe.manifest_list import ManifestContent
 from icefloe.scan_plan import ScanPlan
-from icefloe.types import IcebergType
+from icefloe.types import IcebergType, IntegerType, LongType, PrimitiveType
+from icefloe.values import from_bytes
 
 _STATS_KEYS = (
     "column-sizes",
@@ -146,11 +151,7 @@ def scan_tasks_wrapped(
     (``"file-scan-tasks":[…]`` and, when deletes apply, ``,"delete-files":[…]``), then
     ``suffix``, joined in one copy: a page of a full plan is megabytes, and every
     concatenation of it costs a fresh allocation of that size (for a server, the response
-    body is ``{``, members, ``}``). The same JSON value as :func:`scan_tasks_json` (a plan
-    that asks for column stats is written by it)."""
-    if plan.stats_field_ids:
-        text = json.dumps(scan_tasks_json(plan, start, stop), separators=(",", ":"))
-        return prefix + text[1:-1].encode("utf-8") + suffix
+    body is ``{``, members, ``}``). The same JSON value as :func:`scan_tasks_json`."""
     deletes = _DeleteFiles(plan)
     chunks: list[Any] = [prefix, b'"file-scan-tasks":[']
     chunks += [_piece(plan, m, rows, deletes) for m, rows in plan.pieces(start, stop)]
@@ -170,7 +171,7 @@ def scan_tasks_wrapped(
 def page_is_written(plan: ScanPlan, start: int, stop: int) -> bool:
     """Whether tasks ``start``..``stop`` are slices of task texts already written (so
     serving them costs a copy: a server need not hand them to a worker thread)."""
-    if plan.stats_field_ids or len(plan.deletes):
+    if len(plan.deletes):
         return False
     return all(
         len(rows) < COLUMNS_FROM_ROWS // 8 or _HEADS.holds(plan, m)
@@ -237,33 +238,83 @@ def _head(plan: ScanPlan, m: CachedManifest, cut: _Rows, closed: bool) -> Any:
     spec = plan.specs[m.spec_id]
     json_type = spec.partition_type(plan.schema)
     groups = _LazyGroups(m, cut)
-    frags: list[Any] = [
-        _text(f'{{"data-file":{{"spec-id":{m.spec_id},"content":"data","file-path":'),
-        _json_strings(cut.column("file_path")),
-        _text(',"file-format":'),
-        _by_value(cut.column("file_format"), lambda v: json.dumps(v)),
-        _text(',"partition":['),
-    ]
+    text = _Fragments()
+    text.add(f'{{"data-file":{{"spec-id":{m.spec_id},"content":"data","file-path":')
+    text.add_string(cut.column("file_path"))
+    text.add(',"file-format":')
+    text.add(_by_value(cut.column("file_format"), lambda v: json.dumps(v)))
+    text.add(',"partition":[')
     for pos, field in enumerate(json_type.fields):
         if pos:
-            frags.append(_text(","))
-        frags.append(_partition_json(m, pos, cut, field.field_type, groups))
-    frags += [
-        _text('],"file-size-in-bytes":'),
-        pc.cast(cut.column("file_size_in_bytes"), pa.string()),
-        _text(',"record-count":'),
-        pc.cast(cut.column("record_count"), pa.string()),
-        _optional(',"key-metadata":', _hex, cut.column("key_metadata")),
-        _optional(',"split-offsets":', _int_lists, cut.column("split_offsets")),
-        _optional(',"sort-order-id":', _numbers, cut.column("sort_order_id")),
-        _optional(',"first-row-id":', _numbers, cut.column("first_row_id")),
-        _text("}"),
-        _residuals(plan, m, groups),
-        _text("}," if closed else ""),
-    ]
-    return pc.binary_join_element_wise(
-        *[f for f in frags if f is not None], "", null_handling="replace", null_replacement=""
-    )
+            text.add(",")
+        text.add(_partition_json(m, pos, cut, field.field_type, groups))
+    text.add('],"file-size-in-bytes":')
+    text.add(pc.cast(cut.column("file_size_in_bytes"), pa.string()))
+    text.add(',"record-count":')
+    text.add(pc.cast(cut.column("record_count"), pa.string()))
+    text.add_optional(',"key-metadata":', _hex, cut.column("key_metadata"))
+    text.add_optional(',"split-offsets":[', _int_lists, cut.column("split_offsets"), "]")
+    text.add_optional(',"sort-order-id":', _numbers, cut.column("sort_order_id"))
+    text.add_optional(',"first-row-id":', _numbers, cut.column("first_row_id"))
+    if plan.stats_field_ids:
+        for stats in _column_stats(plan, m, cut):
+            text.add(stats)
+    text.add("}")
+    text.add(_residuals(plan, m, groups))
+    if closed:
+        text.add("},")
+    return text.join()
+
+
+class _Fragments:
+    """The parts of one text per row, joined by one ``binary_join_element_wise``.
+
+    Every part is a pass of that join, and every join made on the way (a prefix glued to its
+    value) is a pass of its own plus a copy of its strings: so adjacent constant texts are
+    merged into one part, and a column without nulls goes in bare, its prefix and suffix as
+    constant parts. Only an optional field with some values missing is joined beforehand
+    (its prefix must vanish where the value does: a null part is written as nothing).
+    """
+
+    def __init__(self) -> None:
+        self.parts: list[Any] = []
+
+    def add(self, part: str | Any | None) -> None:
+        """A constant text, or a string array (null written as nothing); None adds nothing."""
+        if part is None:
+            return
+        if isinstance(part, str) and self.parts and isinstance(self.parts[-1], str):
+            self.parts[-1] += part
+        else:
+            self.parts.append(part)
+
+    def add_string(self, array: Any) -> None:
+        """Strings as JSON string literals (null stays null, then written as nothing)."""
+        if _needs_escape(array):
+            self.add(_json_strings(array))
+        else:
+            self.add('"')
+            self.add(array)
+            self.add('"')
+
+    def add_optional(
+        self, prefix: str, text: Callable[[Any], Any], values: Any, suffix: str = ""
+    ) -> None:
+        """``prefix`` + ``text(values)`` + ``suffix`` where a value is present, nothing where
+        it is not."""
+        if values.null_count == len(values):
+            return
+        if values.null_count == 0:
+            self.add(prefix)
+            self.add(text(values))
+            self.add(suffix)
+            return
+        parts = [_text(prefix), text(values)] + ([_text(suffix)] if suffix else [])
+        self.add(pc.binary_join_element_wise(*parts, ""))
+
+    def join(self) -> Any:
+        parts = [_text(p) if isinstance(p, str) else p for p in self.parts]
+        return pc.binary_join_element_wise(*parts, "", null_handling="replace", null_replacement="")
 
 
 class _HeadCache:
@@ -328,11 +379,12 @@ COLUMNS_FROM_ROWS = 48
 def _piece_per_file(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _DeleteFiles) -> bytes:
     """Rows written per file, as the reference does: for a few rows (cheaper than the
     kernels) and for rows the column writer does not handle (a delete manifest's)."""
-    decoded = m.rows(rows, with_metrics=plan.deletes.has_equality_deletes())
+    with_metrics = bool(plan.stats_field_ids) or plan.deletes.has_equality_deletes()
+    decoded = m.rows(rows, with_metrics=with_metrics)
     residual = plan.residual_evaluator(m.spec_id)
     out = []
     for f, seq in zip(decoded.data_files, decoded.data_sequence_numbers):
-        entry: dict[str, Any] = {"data-file": content_file_json(f, plan, frozenset())}
+        entry: dict[str, Any] = {"data-file": content_file_json(f, plan, plan.stats_field_ids)}
         r = residual.residual_for(f.partition)
         if not same_filter(r, plan.row_filter):
             entry["residual-filter"] = expression_to_json(r, legacy=True)
@@ -356,6 +408,19 @@ def _string_bytes(array: Any) -> Any:
     return data.slice(first, last - first)
 
 
+def _needs_escape(array: Any) -> bool:
+    """Whether any string of ``array`` holds a character JSON escapes: one look at the bytes
+    of all its strings (a byte below 0x20, a quote or a backslash; a UTF-8 sequence's bytes
+    are all 0x80 or above, so no multi-byte character matches by accident)."""
+    if not pa.types.is_string(array.type):
+        return bool(pc.any(pc.match_substring_regex(array, _NEEDS_ESCAPE)).as_py())
+    data = _string_bytes(array)
+    if not len(data):
+        return False
+    raw = np.frombuffer(data, dtype=np.uint8)
+    return bool((raw < 0x20).any() or (raw == 0x22).any() or (raw == 0x5C).any())
+
+
 def _json_strings(array: Any) -> Any:
     """Strings as JSON string literals (null stays null)."""
     needs = pc.match_substring_regex(array, _NEEDS_ESCAPE)
@@ -377,14 +442,6 @@ def _by_value(array: Any, text: Callable[[Any], str]) -> Any:
     return pc.take(texts, encoded.indices)
 
 
-def _optional(prefix: str, text: Callable[[Any], Any], values: Any) -> Any | None:
-    """``prefix`` + ``text(values)`` where a value is present, null (then omitted) where it
-    is not; None when no value is present."""
-    if values.null_count == len(values):
-        return None
-    return pc.binary_join_element_wise(_text(prefix), text(values), "")
-
-
 def _numbers(array: Any) -> Any:
     return pc.cast(array, pa.string())
 
@@ -399,11 +456,87 @@ def _hex(array: Any) -> Any:
 
 
 def _int_lists(array: Any) -> Any:
-    """``list<int>`` values as JSON arrays (null stays null)."""
-    if array.null_count == len(array):
-        return pa.nulls(len(array), pa.string())
-    inner = pc.binary_join(array.cast(pa.list_(pa.string())), ",")
-    return pc.binary_join_element_wise(_text("["), inner, _text("]"), "")
+    """``list<int>`` values as the insides of JSON arrays (null stays null)."""
+    return pc.binary_join(array.cast(pa.list_(pa.string())), ",")
+
+
+# ---------------------------------------------------------------------------------------------
+# Column stats (for plans that ask for them with ``stats-fields``)
+# ---------------------------------------------------------------------------------------------
+
+_COUNT_STATS = (
+    ("column-sizes", "column_sizes"),
+    ("value-counts", "value_counts"),
+    ("null-value-counts", "null_value_counts"),
+    ("nan-value-counts", "nan_value_counts"),
+)
+_BOUND_STATS = (("lower-bounds", "lower_bounds"), ("upper-bounds", "upper_bounds"))
+
+
+def _column_stats(plan: ScanPlan, m: CachedManifest, cut: _Rows) -> list[Any]:
+    """``,"value-counts":{"keys":[…],"values":[…]}`` and the other stats maps, one string
+    array each (null where a row has none of the asked columns: the reference omits an empty
+    map). Counts are cast by Arrow; a bound is converted from its stored bytes by the
+    reference's own functions, once per distinct value. A column no longer in the schema, or
+    not primitive, has no typed bound, so bounds list only the others (as the reference)."""
+    ids = sorted(plan.stats_field_ids)
+    out = []
+    for key, column in _COUNT_STATS:
+        counts = [pc.cast(cut.cut(m.counts(column, fid)), pa.string()) for fid in ids]
+        out.append(_stats_map(key, ids, counts))
+    typed: list[tuple[int, PrimitiveType, str]] = []
+    for fid in ids:
+        field = plan.schema.find_field(fid)
+        if field is not None and isinstance(field.field_type, PrimitiveType):
+            typed.append((fid, field.field_type, field.name))
+    for key, column in _BOUND_STATS:
+        bounds = [
+            _bound_texts(t, cut.cut(m.raw_bounds(column, fid)), cut, name, column[:5])
+            for fid, t, name in typed
+        ]
+        out.append(_stats_map(key, [fid for fid, _, _ in typed], bounds))
+    return [stats for stats in out if stats is not None]
+
+
+def _bound_texts(t: PrimitiveType, raw: Any, cut: _Rows, name: str, which: str) -> Any:
+    """Stored bounds as JSON texts (null stays null): integers decoded and cast by Arrow,
+    other types by the reference's conversion once per distinct stored value."""
+    if isinstance(t, IntegerType | LongType):
+        paths = cut.column("file_path")
+        decoded = decode_bounds(t, raw, lambda row: str(paths[row]), name, which)
+        return pc.cast(decoded, pa.string())
+    return _by_value(raw, partial(_bound_json, t))
+
+
+def _bound_json(t: PrimitiveType, raw: bytes) -> str:
+    return json.dumps(value_json(t, from_bytes(t, raw)))
+
+
+def _stats_map(key: str, ids: list[int], texts: list[Any]) -> Any | None:
+    """``,"<key>":{"keys":[ids present],"values":[their texts]}`` per row, from one text
+    array per field id (null where the row has no value for it); null where a row has none."""
+    pairs = [(fid, t) for fid, t in zip(ids, texts, strict=True) if t.null_count < len(t)]
+    if not pairs:
+        return None
+    if len(pairs) == 1:
+        fid, only = pairs[0]
+        return pc.binary_join_element_wise(
+            _text(f',"{key}":{{"keys":[{fid}],"values":['), only, _text("]}"), ""
+        )
+    absent = pa.scalar(None, pa.string())
+    keys = pc.binary_join_element_wise(
+        *[pc.if_else(pc.is_valid(t), _text(str(fid)), absent) for fid, t in pairs],
+        ",",
+        null_handling="skip",
+    )
+    values = pc.binary_join_element_wise(*[t for _, t in pairs], ",", null_handling="skip")
+    entry = pc.binary_join_element_wise(
+        _text(f',"{key}":{{"keys":['), keys, _text('],"values":['), values, _text("]}"), ""
+    )
+    present = pc.is_valid(pairs[0][1])
+    for _, t in pairs[1:]:
+        present = pc.or_(present, pc.is_valid(t))
+    return pc.if_else(present, entry, absent)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -534,6 +667,26 @@ def _residuals(plan: ScanPlan, m: CachedManifest, lazy: _LazyGroups) -> Any | No
     return groups.spread(texts)
 
 
+# Each row's delete files are listed as DeleteFileIndex.for_data_file lists them: by kind in
+# this order, each kind's files in the index's lookup order (a row has one bucket per kind).
+_DV, _BY_PATH, _BY_PARTITION, _EQUALITY = range(4)
+_KIND = 1 << 32  # a hit's rank: kind * _KIND + its place in the bucket
+
+
+class _Hits:
+    """(row, rank, delete file) triples: the delete files chosen for some rows."""
+
+    def __init__(self) -> None:
+        self.rows: list[Any] = []
+        self.ranks: list[Any] = []
+        self.files: list[DataFile] = []
+
+    def add(self, rows: Any, rank: int, f: DataFile) -> None:
+        self.rows.append(rows)
+        self.ranks.append(np.full(len(rows), rank, dtype=np.int64))
+        self.files.extend([f] * len(rows))
+
+
 def _delete_refs(
     plan: ScanPlan,
     m: CachedManifest,
@@ -541,37 +694,126 @@ def _delete_refs(
     lazy: _LazyGroups,
     deletes: _DeleteFiles,
 ) -> Any | None:
-    """``,"delete-file-references":[…]`` per row that has deletes to apply."""
+    """``,"delete-file-references":[…]`` per row that has deletes to apply.
+
+    The index's rules, applied to all rows at once: deletes naming a path (deletion vectors,
+    path-scoped position deletes) are looked up for the rows whose path is named; position
+    deletes scoped to a partition are tested per (partition, delete) against the sequence
+    numbers and paths of that partition's rows with numpy and Arrow; only the rows an
+    equality delete may apply to (by sequence number or partition) are decoded, for the
+    column metrics that can rule it out.
+    """
     index = plan.deletes
     if not len(index):
         return None
-    rows = cut.rows
-    n = len(rows)
-    candidates = pa.repeat(pa.scalar(False), n)
-    paths = index.referenced_paths()
-    if paths:
-        named = pc.is_in(cut.column("file_path"), value_set=pa.array(sorted(paths)))
-        candidates = pc.or_(candidates, pc.fill_null(named, False))
-    groups = lazy.get()
-    scoped = [index.scopes_partition(m.spec_id, t) for t in groups.tuples]
-    if any(scoped):
-        candidates = pc.or_(candidates, pc.take(pa.array(scoped, pa.bool_()), groups.index))
+    n = len(cut.rows)
+    seqs = pc.fill_null(cut.column("data_sequence_number"), 0).to_numpy(zero_copy_only=False)
+    paths = cut.column("file_path")
+    hits = _Hits()
+    vectored = np.zeros(n, dtype=bool)  # rows an applying deletion vector covers
+    named_paths = index.referenced_paths()
+    if named_paths:
+        named = pc.fill_null(pc.is_in(paths, value_set=pa.array(sorted(named_paths))), False)
+        rows = pc.indices_nonzero(named).to_numpy()
+        if len(rows):
+            groups = lazy.get()
+            group_of = groups.index.to_numpy()
+            for i in rows.tolist():
+                (dv_seqs, dvs), (bp_seqs, by_path) = index.path_deletes(paths[i].as_py())
+                part = groups.tuples[group_of[i]]
+                row = np.array([i], dtype=np.int64)
+                for j, (d_seq, d) in enumerate(zip(dv_seqs, dvs, strict=True)):
+                    if seqs[i] <= d_seq and same_partition(d, m.spec_id, part):
+                        hits.add(row, _DV * _KIND + j, d)
+                        vectored[i] = True
+                if vectored[i]:
+                    continue
+                for j, (d_seq, d) in enumerate(zip(bp_seqs, by_path, strict=True)):
+                    if seqs[i] <= d_seq and same_partition(d, m.spec_id, part):
+                        hits.add(row, _BY_PATH * _KIND + j, d)
+    if index.has_partition_position_deletes():
+        _partition_position_hits(index, m, lazy.get(), seqs, paths, vectored, hits)
+    _equality_hits(plan, m, cut, lazy, seqs, hits)
+    if not hits.rows:
+        return None
+    rows_all = np.concatenate(hits.rows)
+    order = np.lexsort((np.concatenate(hits.ranks), rows_all))
+    refs = deletes.refs([hits.files[k] for k in order])  # numbered by first appearance
+    rows_sorted = rows_all[order]
+    with_refs, starts = np.unique(rows_sorted, return_index=True)
+    offsets = pa.array(np.append(starts, len(rows_sorted)).astype(np.int32))
+    lists = pa.ListArray.from_arrays(offsets, pa.array(refs, pa.int64()).cast(pa.string()))
+    texts = pc.binary_join_element_wise(
+        _text(',"delete-file-references":['), pc.binary_join(lists, ","), _text("]"), ""
+    )
+    where = np.full(n, -1, dtype=np.int64)
+    where[with_refs] = np.arange(len(with_refs))
+    return pc.take(texts, pa.array(where, mask=where < 0))
+
+
+def _partition_position_hits(
+    index: Any,
+    m: CachedManifest,
+    groups: _PartitionGroups,
+    seqs: Any,
+    paths: Any,
+    vectored: Any,
+    hits: _Hits,
+) -> None:
+    """Position deletes scoped to a partition: each applies to the rows of its partition with
+    a sequence number ``<=`` its own whose path lies within its ``file_path`` bounds, unless
+    a deletion vector covers the row."""
+    group_of = groups.index.to_numpy()
+    binary_paths: Any = None
+    for g, part in enumerate(groups.tuples):
+        d_seqs, files = index.partition_position_deletes(m.spec_id, part)
+        if not files:
+            continue
+        in_group = np.nonzero((group_of == g) & ~vectored)[0]
+        for j, (d_seq, d) in enumerate(zip(d_seqs, files, strict=True)):
+            rows = in_group[seqs[in_group] <= d_seq]
+            lower, upper = path_bounds(d)
+            if len(rows) and (lower is not None or upper is not None):
+                if binary_paths is None:
+                    binary_paths = paths.cast(pa.binary())
+                candidates = binary_paths.take(pa.array(rows))
+                within = pa.repeat(pa.scalar(True), len(rows))
+                if lower is not None:
+                    within = pc.and_(within, pc.greater_equal(candidates, pa.scalar(lower)))
+                if upper is not None:
+                    within = pc.and_(within, pc.less_equal(candidates, pa.scalar(upper)))
+                rows = rows[pc.fill_null(within, False).to_numpy(zero_copy_only=False)]
+            if len(rows):
+                hits.add(rows, _BY_PARTITION * _KIND + j, d)
+
+
+def _equality_hits(
+    plan: ScanPlan, m: CachedManifest, cut: _Rows, lazy: _LazyGroups, seqs: Any, hits: _Hits
+) -> None:
+    """Equality deletes for the rows one may apply to: below a global equality delete's
+    sequence number, or in a partition with equality deletes. Those rows are decoded (with
+    metrics: an equality delete is ruled out by the data file's column bounds and counts)."""
+    index = plan.deletes
+    if not index.has_equality_deletes():
+        return
+    candidates = np.zeros(len(seqs), dtype=bool)
     newest_global = index.max_global_sequence()
     if newest_global is not None:
-        seqs = pc.fill_null(cut.column("data_sequence_number"), 0)
-        candidates = pc.or_(candidates, pc.less(seqs, newest_global))
-    chosen = pc.indices_nonzero(candidates)
-    if not len(chosen):
-        return None
-    decoded = m.rows(pc.take(rows, chosen), with_metrics=index.has_equality_deletes())
-    texts: list[str | None] = [None] * n
+        candidates |= seqs < newest_global
+    groups = lazy.get()
+    scoped = [index.scopes_equality(m.spec_id, t) for t in groups.tuples]
+    if any(scoped):
+        candidates |= np.array(scoped, dtype=bool)[groups.index.to_numpy()]
+    rows = np.nonzero(candidates)[0]
+    if not len(rows):
+        return
+    decoded = m.rows(pc.take(cut.rows, pa.array(rows)), with_metrics=True)
     for i, f, seq in zip(
-        chosen.to_pylist(), decoded.data_files, decoded.data_sequence_numbers, strict=True
+        rows.tolist(), decoded.data_files, decoded.data_sequence_numbers, strict=True
     ):
-        refs = deletes.refs(index.for_data_file(f, seq))
-        if refs:
-            texts[i] = ',"delete-file-references":[' + ",".join(map(str, refs)) + "]"
-    return pa.array(texts, pa.string())
+        row = np.array([i], dtype=np.int64)
+        for k, d in enumerate(index.equality_deletes_for(f, seq)):
+            hits.add(row, _EQUALITY * _KIND + k, d)
 
 
 __all__ = [

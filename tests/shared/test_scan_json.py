@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from hypothesis_budget import examples
 from icefloe import scan_json
 from icefloe.catalog import Table
 from icefloe.catalog_fs import FileSystemCatalog
@@ -146,7 +149,23 @@ async def _v2_table(warehouse: Path) -> Table:
     )
     table = await row_delta(table, [], [by_file, by_partition, partition_eq]).commit()
     later = [_data(loc, i, 1, (AMOUNTS[i % 6], NAMES[i % 6], 19_000)) for i in range(40, 46)]
-    return await fast_append(table, later).commit()
+    table = await fast_append(table, later).commit()
+    # Three files of one partition, and a position delete of that partition whose file_path
+    # bounds cover two of them (paths of names "back\\slash" < "new\nline" < "été").
+    shared = [_data(loc, i, 1, (1.5, "plain", 19_500)) for i in (50, 51, 52)]
+    table = await fast_append(table, shared).commit()
+    bounded = DataFile(
+        f"{loc}/data/pos-bounded.parquet",
+        "parquet",
+        (1.5, "plain", 19_500),
+        2,
+        10,
+        content=DataFileContent.POSITION_DELETES,
+        spec_id=1,
+        lower_bounds={DELETE_FILE_PATH_ID: shared[0].file_path.encode()},
+        upper_bounds={DELETE_FILE_PATH_ID: shared[1].file_path.encode()},
+    )
+    return await row_delta(table, [], [bounded]).commit()
 
 
 async def _v3_table(warehouse: Path) -> Table:
@@ -242,6 +261,15 @@ def test_the_tables_exercise_what_they_claim(tables: list[Table]) -> None:
     partitions = [t["data-file"]["partition"] for t in tasks if t["data-file"]["spec-id"] == 1]
     assert {_canonical(p[0]) for p in partitions} >= {"-0.0", "0.0", "NaN", "null"}
     assert any("key-metadata" in t["data-file"] for t in tasks)
+    bounded = v2["delete-files"].index(
+        next(d for d in v2["delete-files"] if d["file-path"].endswith("pos-bounded.parquet"))
+    )
+    covered = [
+        t["data-file"]["file-path"].rsplit("/", 1)[-1]
+        for t in tasks
+        if bounded in t.get("delete-file-references", [])
+    ]
+    assert sorted(covered) == ["0050.parquet", "0051.parquet"]  # not 0052: outside the bounds
     v3 = scan_tasks_json(_plan(tables[1], None), 0, 1000)
     assert len(v3["delete-files"]) == 4  # four DVs in one Puffin file, told apart by offset
     assert all("first-row-id" in t["data-file"] for t in v3["file-scan-tasks"])
@@ -249,11 +277,35 @@ def test_the_tables_exercise_what_they_claim(tables: list[Table]) -> None:
     assert any("residual-filter" in t for t in filtered["file-scan-tasks"])
 
 
-def test_stats_fields_are_written_by_the_reference(tables: list[Table]) -> None:
-    p = _plan(tables[0], None, stats_fields=["id"])
-    ours = json.loads(scan_tasks_bytes(p, 0, 1000))
-    assert _canonical(ours) == _canonical(scan_tasks_json(p, 0, 1000))
-    assert all("value-counts" in t["data-file"] for t in ours["file-scan-tasks"])
+STATS_FIELDS = [["id"], ["amount", "id"], ["id", "amount", "name", "day"]]
+
+
+@pytest.mark.parametrize("columns_from", [0, scan_json.COLUMNS_FROM_ROWS])
+@pytest.mark.parametrize("which", [0, 1], ids=["v2", "v3"])
+@pytest.mark.parametrize("stats", STATS_FIELDS, ids=lambda s: "+".join(s))
+@pytest.mark.parametrize("expr", [None, FILTERS[5]], ids=["none", "or"])
+def test_pages_with_column_stats_match_the_per_file_reference(
+    tables: list[Table],
+    which: int,
+    stats: list[str],
+    expr: dict[str, Any] | None,
+    columns_from: int,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Plans asking for ``stats-fields`` are written by columns too: counts of one or several
+    columns, bounds, columns some files have no stats for (name, day)."""
+    monkeypatch.setattr(scan_json, "COLUMNS_FROM_ROWS", columns_from)
+    p = _plan(tables[which], expr, stats_fields=stats)
+    for size in (1, 5, 1000):
+        for start in range(0, max(1, len(p)), size):
+            ours = json.loads(scan_tasks_bytes(p, start, start + size))
+            reference = scan_tasks_json(p, start, start + size)
+            assert _canonical(ours) == _canonical(reference), (size, start)
+    whole = scan_tasks_json(p, 0, 1000)["file-scan-tasks"]
+    assert all("value-counts" in t["data-file"] for t in whole)
+    assert all(t["data-file"]["lower-bounds"]["keys"] == [1] for t in whole)
+    if "amount" in stats:
+        assert any(t["data-file"]["null-value-counts"]["keys"] == [1, 2] for t in whole)
 
 
 def test_a_manifests_later_pages_are_slices_of_texts_already_written(
@@ -274,3 +326,131 @@ def test_a_manifests_later_pages_are_slices_of_texts_already_written(
 
 def _first_snapshot(table: Table) -> int:
     return min(table.metadata.snapshots, key=lambda s: s.sequence_number).snapshot_id
+
+
+# ---------------------------------------------------------------------------------------------
+# Delete attachment: the law is DeleteFileIndex.for_data_file, per file
+# ---------------------------------------------------------------------------------------------
+
+ID_SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "p", LongType(), required=True),
+)
+
+
+def _id_bounds(lo: int, hi: int) -> dict[str, Any]:
+    return {
+        "lower_bounds": {1: lo.to_bytes(8, "little", signed=True)},
+        "upper_bounds": {1: hi.to_bytes(8, "little", signed=True)},
+    }
+
+
+@st.composite
+def _delete_scenarios(draw: st.DrawFn) -> dict[str, Any]:
+    files = draw(st.integers(2, 10))
+    partitions = [draw(st.integers(0, 2)) for _ in range(files)]
+    deletes = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["partition", "path", "bounded", "equality"]),
+                st.integers(0, 2),  # partition
+                st.integers(0, files - 1),  # a file (path scope, bounds, id range)
+                st.integers(0, files - 1),
+                st.booleans(),  # committed with the later files (else after the earlier)
+            ),
+            max_size=6,
+        )
+    )
+    return {"partitions": partitions, "deletes": deletes}
+
+
+async def _scenario_table(warehouse: Path, scenario: dict[str, Any]) -> Table:
+    catalog = FileSystemCatalog("law", str(warehouse), LocalFileIO())
+    await catalog.create_namespace("db")
+    spec = PartitionSpecBuilder(ID_SCHEMA).add_field("p", "identity").build()
+    table = await catalog.create_table("db.t", ID_SCHEMA, spec)
+    loc = table.location
+    files = [
+        DataFile(
+            f"{loc}/data/p={p}/{i:03d}.parquet",
+            "parquet",
+            (p,),
+            10,
+            100,
+            value_counts={1: 10},
+            null_value_counts={1: 0},
+            **_id_bounds(i * 100, i * 100 + 99),
+        )
+        for i, p in enumerate(scenario["partitions"])
+    ]
+    half = len(files) // 2
+    early = []
+    late = []
+    for k, (kind, p, a, b, after) in enumerate(scenario["deletes"]):
+        lo, hi = sorted((a, b))
+        common: dict[str, Any] = {"spec_id": 0}
+        if kind == "equality":
+            d = DataFile(
+                f"{loc}/data/eq-{k}.parquet",
+                "parquet",
+                (p,),
+                1,
+                10,
+                content=DataFileContent.EQUALITY_DELETES,
+                equality_ids=[1],
+                **_id_bounds(lo * 100 + 50, hi * 100 + 50),
+                **common,
+            )
+        else:
+            target = files[a]
+            extra: dict[str, Any] = {}
+            partition: tuple[Any, ...] = (p,)
+            if kind == "path":
+                extra["referenced_data_file"] = target.file_path
+                partition = target.partition
+            elif kind == "bounded":
+                paths = sorted((files[a].file_path, files[b].file_path))
+                extra["lower_bounds"] = {DELETE_FILE_PATH_ID: paths[0].encode()}
+                extra["upper_bounds"] = {DELETE_FILE_PATH_ID: paths[1].encode()}
+            d = DataFile(
+                f"{loc}/data/pos-{k}.parquet",
+                "parquet",
+                partition,
+                1,
+                10,
+                content=DataFileContent.POSITION_DELETES,
+                **extra,
+                **common,
+            )
+        (late if after else early).append(d)
+    table = await fast_append(table, files[:half]).commit()
+    if early:
+        table = await row_delta(table, [], early).commit()
+    # The later deletes come in the commit of the later files: same sequence number (a
+    # position delete applies to them, an equality delete does not).
+    return await row_delta(table, files[half:], late).commit()
+
+
+@settings(max_examples=examples(30), deadline=None)
+@given(scenario=_delete_scenarios(), columns_from=st.sampled_from([0, 3]))
+def test_deletes_chosen_for_all_rows_at_once_follow_the_index_per_file(
+    scenario: dict[str, Any], columns_from: int
+) -> None:
+    """Position deletes scoped by partition, by path and by path bounds, and equality
+    deletes ruled in or out by id bounds, committed before or after some files: the pages
+    written by columns list each task's deletes as DeleteFileIndex.for_data_file does (the
+    reference), in its order, numbered the same."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        table = asyncio.run(_scenario_table(Path(tmp), scenario))
+        p = _plan(table, None)
+        original = scan_json.COLUMNS_FROM_ROWS
+        scan_json.COLUMNS_FROM_ROWS = columns_from
+        try:
+            for size in (1, 3, 1000):
+                for start in range(0, max(1, len(p)), size):
+                    ours = json.loads(scan_tasks_bytes(p, start, start + size))
+                    assert ours == scan_tasks_json(p, start, start + size), (size, start)
+        finally:
+            scan_json.COLUMNS_FROM_ROWS = original

@@ -70,6 +70,7 @@ from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError, error_response
 from icefloe.planner.memory import use_arrow_allocator
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
+from icefloe.planner.pages_ahead import PagesAhead
 from icefloe.planner.plans import PlanStore, StoredPlan
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
 from icefloe.planner.tokens import (
@@ -97,6 +98,12 @@ BODIES_IN_FLIGHT = 16
 
 # Request bodies above this are parsed (JSON, validation, filter) in a worker thread.
 OFFLOAD_BODY_BYTES = 32 << 10
+# Pages of fewer tasks than this are written inline when asked for (a thread hop costs more
+# than writing them) and never ahead of time.
+INLINE_PAGE_TASKS = 16
+# Pages written ahead of their fetch (icefloe.planner.pages_ahead), in all: a fixed part of
+# the service's memory, whatever the number of held plans (a 5,000-task page is ~1.3 MiB).
+PAGES_AHEAD_MAX_BYTES = 32 << 20
 
 NAMESPACE_SEPARATOR = "\x1f"
 SCAN_PLANNING_MODE = "scan-planning-mode"
@@ -241,6 +248,7 @@ class _StateCollector:
             ("plan_bytes", s.plans.bytes, "bytes held plans keep outside the cache"),
             ("plan_pinned_bytes", s.plans.pinned_bytes, "manifest bytes held plans pin"),
             ("memory_bytes", stats.held_bytes, "decoded manifests in memory: cache + plans"),
+            ("pages_ahead_bytes", s.ahead.nbytes, "bytes of plan pages written ahead of fetches"),
             ("tables", len(s.refresher.tables), "tables held in memory"),
         ):
             gauge = GaugeMetricFamily(f"icefloe_planner_{name}", doc)
@@ -335,6 +343,9 @@ class PlannerService:
         self._admission = asyncio.Semaphore(2 * config.planning_concurrency)
         # Request bodies in memory at once: the body limit for each of a few dozen requests.
         self._bodies = ByteBudget(BODIES_IN_FLIGHT * config.max_request_bytes)
+        # One page ahead per plan, as many plans at once as pages are written at once.
+        self.ahead = PagesAhead(config.planning_concurrency, PAGES_AHEAD_MAX_BYTES)
+        self._serving: set[tuple[str, int]] = set()  # pages being written for a fetch
         self.wall_clock = wall_clock
         self.consumer: TableCommittedFeed | None = None
         if config.brokers:
@@ -410,6 +421,7 @@ class PlannerService:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks.clear()
+        await self.ahead.close()
         if self.consumer is not None:
             await self.consumer.stop()
         runner, self._runner = self._runner, None
@@ -741,18 +753,41 @@ class PlannerService:
         if tokens:
             head["plan-tasks"] = tokens
         prefix = json.dumps(head).encode("utf-8")[:-1] + b","
-        return await self._page(stored.plan, 0, stored.page_size, prefix, b"}")
+        body = await self._page(stored.plan, 0, stored.page_size, prefix, b"}")
+        self._write_ahead(stored, 1)
+        return body
+
+    def _inline(self, plan: ScanPlan, start: int, stop: int) -> bool:
+        """Whether a page is cheaper to write on the event loop than in a thread: a handful
+        of tasks, or slices of texts already written."""
+        return min(stop, len(plan)) - start <= INLINE_PAGE_TASKS or page_is_written(
+            plan, start, stop
+        )
 
     async def _page(
         self, plan: ScanPlan, start: int, stop: int, prefix: bytes, suffix: bytes
     ) -> bytes:
         """``prefix``, the members of a ScanTasks object (JSON text), ``suffix``: joined in
-        one copy (a page is megabytes), written in a worker thread unless it is a handful of
-        tasks or slices of texts already written (a thread hop costs more than those)."""
-        if min(stop, len(plan)) - start <= 16 or page_is_written(plan, start, stop):
+        one copy (a page is megabytes), written in a worker thread unless :meth:`_inline`."""
+        if self._inline(plan, start, stop):
             return scan_tasks_wrapped(plan, start, stop, prefix, suffix)
         async with self._cpu_slots:
             return await asyncio.to_thread(scan_tasks_wrapped, plan, start, stop, prefix, suffix)
+
+    def _write_ahead(self, stored: StoredPlan, page: int) -> None:
+        """Start writing ``page`` of a plan whose previous page was just served, unless it is
+        served, being written for a fetch, or cheap enough to write when asked for."""
+        start = page * stored.page_size
+        stop = start + stored.page_size
+        if (
+            page >= stored.pages
+            or page in stored.fetched
+            or (stored.key, page) in self._serving
+            or self._inline(stored.plan, start, stop)
+        ):
+            return
+        plan = stored.plan
+        self.ahead.start(stored.key, plan, page, lambda: self._page(plan, start, stop, b"{", b"}"))
 
     async def _resolve(
         self, ident: TableIdentifier, plan_id: str, error_type: str, what: str
@@ -812,6 +847,7 @@ class PlannerService:
             )
         self.plans.remove(identity.key, ident)
         self.plans.cancel(identity.key)
+        self.ahead.drop(identity.key)
         return web.Response(status=204)
 
     async def _fetch_tasks(self, request: web.Request) -> web.Response:
@@ -844,9 +880,18 @@ class PlannerService:
                 f"{what} of table {ident} does not exist: the plan has pages 1 to "
                 f"{stored.pages - 1} besides the first",
             )
-        start = page * stored.page_size
-        body_out = await self._page(stored.plan, start, start + stored.page_size, b"{", b"}")
+        serving = (stored.key, page)
+        self._serving.add(serving)
+        try:
+            body_out = await self.ahead.take(stored.key, stored.plan, page)
+            if body_out is None:
+                start = page * stored.page_size
+                stop = start + stored.page_size
+                body_out = await self._page(stored.plan, start, stop, b"{", b"}")
+        finally:
+            self._serving.discard(serving)
         self.plans.page_fetched(stored, page)
+        self._write_ahead(stored, page + 1)
         return _json_bytes_response(body_out)
 
 
