@@ -26,6 +26,7 @@ most the cache budget whatever the number of held plans.
 
 from __future__ import annotations
 
+import logging
 import threading
 import uuid
 from collections import OrderedDict
@@ -36,6 +37,8 @@ from icefloe.cached_manifest import CachedManifest
 from icefloe.catalog import TableIdentifier
 from icefloe.manifest_cache import ManifestCache
 from icefloe.scan import ScanPlan
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -76,6 +79,9 @@ class PlanStore:
     """
 
     FETCHED_GRACE_S = 30.0
+    # A plan too large to hold is said at most this often: every page of it plans again and
+    # comes back here, and the remedy (a larger budget) is the same each time.
+    TOO_LARGE_LOG_INTERVAL_S = 60.0
 
     def __init__(
         self,
@@ -96,6 +102,7 @@ class PlanStore:
         self._next_sweep = float("-inf")
         self._lock = threading.RLock()
         self.dropped_for_memory = 0
+        self._too_large_said = float("-inf")
         if memory is not None:
             memory.on_pressure = self.shed
 
@@ -143,7 +150,28 @@ class PlanStore:
                 self.memory.pin(stored.pinned)
             self._plans[key] = stored
             self._fit()
+            if key not in self._plans:
+                self._say_too_large(stored)
         return stored
+
+    def _say_too_large(self, stored: StoredPlan) -> None:
+        """Warn (rate-limited) that a plan could not be held even alone: each of its pages
+        is then planned again from its token, which for a full plan of a large table is
+        the whole plan per page, so the operator should raise the budget."""
+        now = self.clock()
+        if now - self._too_large_said < self.TOO_LARGE_LOG_INTERVAL_S:
+            return
+        self._too_large_said = now
+        held = sum(m.nbytes for m in stored.plan.manifests())
+        log.warning(
+            "a plan of table %s (%d tasks, its manifests %d MiB in memory) does not fit the "
+            "planner's memory budget even alone, so every page of it is planned again when "
+            "fetched; raise ICEFLOE_PLANNER_CACHE_MAX_BYTES (and PLAN_MAX_BYTES if set) "
+            "above what the table's manifests take",
+            stored.table,
+            len(stored.plan),
+            held >> 20,
+        )
 
     def charge(self, stored: StoredPlan, nbytes: int) -> None:
         """Count ``nbytes`` more (or fewer, negative) that a held plan keeps beside its

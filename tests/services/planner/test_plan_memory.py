@@ -9,6 +9,7 @@ made from scratch: every distinct manifest the cache lists or a held plan keeps,
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -122,12 +123,20 @@ async def test_pinned_entries_are_not_evicted_and_make_way_by_dropping_plans(
     assert cache.stats().held_bytes == 0
 
 
-async def test_a_plan_larger_than_the_budget_is_not_held(table: Generated) -> None:
+async def test_a_plan_larger_than_the_budget_is_not_held(
+    table: Generated, caplog: pytest.LogCaptureFixture
+) -> None:
     cache = ManifestCache(LocalFileIO(), 0, decode_in_thread=False)  # caches nothing
     store = PlanStore(600, 1000, Clock(), 0, memory=cache)
-    stored = store.add(TABLE, await _plan(cache, table), 50)
+    with caplog.at_level(logging.WARNING, logger="icefloe.planner.plans"):
+        stored = store.add(TABLE, await _plan(cache, table), 50)
+        store.add(TABLE, await _plan(cache, table), 50)
     assert len(stored.plan) == FILES  # still served from the returned plan
     assert len(store) == 0 and cache.stats().held_bytes == 0
+    # The operator is told once (not per page re-planned) what to raise.
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "ICEFLOE_PLANNER_CACHE_MAX_BYTES" in warnings[0] and f"{FILES} tasks" in warnings[0]
 
 
 async def test_charged_bytes_count_and_are_released_with_the_plan(table: Generated) -> None:
