@@ -52,6 +52,22 @@ CLIENT_LEVELS = (1, 10, 50, 150)
 TABLE = "/v1/namespaces/db/tables/events"
 
 
+async def wait_healthy(session: Any, url: str, *, attempts: int = 600) -> None:
+    """Wait until a planner just started at ``url`` answers ``/healthz`` (0.1 s apart);
+    raise if it never does, rather than measure or test a planner that is not there."""
+    import aiohttp
+
+    for _ in range(attempts):
+        try:
+            async with session.get(url + "/healthz") as r:
+                if r.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"the planner at {url} did not answer /healthz after {attempts} tries")
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of ``pid`` and its children (Linux /proc; 0 elsewhere)."""
     total = 0
@@ -386,14 +402,7 @@ async def _serve(
     try:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
-            for _ in range(600):
-                try:
-                    async with session.get(url + "/healthz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+            await wait_healthy(session, url, attempts=600)
             rss_idle = rss_bytes(process.pid)
             # Warm every process (connections spread over them by the kernel): its cache,
             # compiled filters and connections.

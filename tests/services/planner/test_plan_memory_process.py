@@ -20,6 +20,7 @@ import aiohttp
 
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.dev.bench_planner import IDS_PER_FILE, generate
+from icefloe.dev.bench_planner_service import wait_healthy
 from icefloe.dev.local_stack import free_port
 from icefloe.fileio import LocalFileIO
 
@@ -82,14 +83,7 @@ async def test_a_planner_process_holds_plans_within_its_memory_budget(tmp_path: 
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:
-            for _ in range(600):
-                try:
-                    async with session.get(url + "/healthz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+            await wait_healthy(session, url, attempts=600)
             firsts = []
             for k in range(60):  # selective plans of 150 files, a full plan every tenth
                 body = {} if k % 10 == 0 else {"filter": _ids((k * 97) % (FILES - 150), 150)}

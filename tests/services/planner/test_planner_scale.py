@@ -283,6 +283,7 @@ async def test_worker_processes_share_one_port_and_serve_each_others_tokens(
 
     import aiohttp
 
+    from icefloe.dev.bench_planner_service import wait_healthy
     from icefloe.dev.local_stack import free_port
 
     port = free_port()
@@ -301,14 +302,7 @@ async def test_worker_processes_share_one_port_and_serve_each_others_tokens(
     url = f"http://127.0.0.1:{port}"
     try:
         async with aiohttp.ClientSession() as session:
-            for _ in range(300):
-                try:
-                    async with session.get(url + "/healthz") as r:
-                        if r.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
+            await wait_healthy(session, url, attempts=300)
             listing = Path(f"/proc/{process.pid}/task/{process.pid}/children")
             if listing.exists():  # Linux: the supervisor's children are the workers
                 assert len(listing.read_text().split()) >= 2
