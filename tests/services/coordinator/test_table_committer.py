@@ -600,7 +600,7 @@ def test_the_default_hooks_do_nothing_and_leave_the_file_io_alone() -> None:
 _CRASH_SCRIPT = textwrap.dedent(
     """
     import asyncio, sys
-    sys.path.insert(0, {tests!r})
+    sys.path[:0] = [{tests!r}, {tests_root!r}]  # this folder's modules, tests/ (as conftest)
     from test_table_committer import make_env
     from crashing_coordinator import ExitAt
     from icefloe.coordinator.committer import install_commit_hooks
@@ -626,7 +626,12 @@ _CRASH_SCRIPT = textwrap.dedent(
 async def test_crash_points_kill_the_process_at_the_named_step(
     tmp_path: Path, point: str, snapshots: int
 ) -> None:
-    script = _CRASH_SCRIPT.format(tests=str(Path(__file__).parent), root=str(tmp_path), point=point)
+    script = _CRASH_SCRIPT.format(
+        tests=str(Path(__file__).parent),
+        tests_root=str(Path(__file__).parents[2]),
+        root=str(tmp_path),
+        point=point,
+    )
     result = subprocess.run(
         [sys.executable, "-c", script],
         capture_output=True,
