@@ -506,19 +506,19 @@ async def _held_curve(
     held = 0
     connector = aiohttp.TCPConnector(limit=150)
     async with aiohttp.ClientSession(connector=connector) as clients:
-        # Open the 150 connections first, as the load levels did.
-        await _run_level(clients, url, {"filter": selective}, 150, 150)
+
+        async def ask(body: dict[str, Any]) -> None:
+            async with clients.post(url + TABLE + "/plan", json=body) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"plan failed: {r.status} {await r.text()}")
+                await r.read()
+
+        # Open the 150 pooled connections first: 150 selective plans at once.
+        await asyncio.gather(*(ask({"filter": selective}) for _ in range(150)))
         for target in HELD_PLANS:
-
-            async def one() -> None:
-                async with clients.post(url + TABLE + "/plan", json={}) as r:
-                    if r.status != 200:
-                        raise RuntimeError(f"plan failed: {r.status} {await r.text()}")
-                    await r.read()
-
             while held < target:
                 step = min(8, target - held)  # a few at a time, over the pooled connections
-                await asyncio.gather(*(one() for _ in range(step)))
+                await asyncio.gather(*(ask({}) for _ in range(step)))
                 held += step
             rss = rss_bytes(pid)
             async with session.get(url + "/metrics") as r:
