@@ -80,3 +80,19 @@ def write_manifest(
                 writer.delete(entry)
     manifest = writer.to_manifest_file(path, buffer.tell())
     return buffer.getvalue(), dataclasses.replace(manifest, **row)
+
+
+def id_file(location: str, i: int, s: str) -> DataFile:
+    """Data file ``i`` of a table partitioned by identity of string column ``s`` (field 2),
+    holding ids ``10 i`` to ``10 i + 9`` in field 1: metrics a scan can prune by."""
+    return DataFile(
+        file_path=f"{location}/data/s={s}/{i}.parquet",
+        file_format="parquet",
+        partition=(s,),
+        record_count=10,
+        file_size_in_bytes=100,
+        value_counts={1: 10},
+        null_value_counts={1: 0},
+        lower_bounds={1: (i * 10).to_bytes(8, "little")},
+        upper_bounds={1: (i * 10 + 9).to_bytes(8, "little")},
+    )

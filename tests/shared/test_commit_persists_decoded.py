@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from manifest_fixtures import id_file
 
 from icefloe.catalog import Table
 from icefloe.catalog_fs import FileSystemCatalog
@@ -32,17 +33,7 @@ SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, 
 
 
 def _file(table: Table, i: int, s: str) -> DataFile:
-    return DataFile(
-        file_path=f"{table.location}/data/s={s}/{i}.parquet",
-        file_format="parquet",
-        partition=(s,),
-        record_count=10,
-        file_size_in_bytes=100,
-        value_counts={1: 10},
-        null_value_counts={1: 0},
-        lower_bounds={1: (i * 10).to_bytes(8, "little")},
-        upper_bounds={1: (i * 10 + 9).to_bytes(8, "little")},
-    )
+    return id_file(table.location, i, s)
 
 
 async def _plans(table: Table, cache: ManifestCache) -> list[object]:

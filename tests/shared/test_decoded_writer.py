@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from manifest_fixtures import id_file
 
 from icefloe.catalog import Table
 from icefloe.catalog_fs import FileSystemCatalog
@@ -51,18 +52,7 @@ class GatedStore(ManifestStore):
 
 
 def _file(table: Table, i: int) -> DataFile:
-    s = "ab"[i % 2]
-    return DataFile(
-        file_path=f"{table.location}/data/s={s}/{i}.parquet",
-        file_format="parquet",
-        partition=(s,),
-        record_count=10,
-        file_size_in_bytes=100,
-        value_counts={1: 10},
-        null_value_counts={1: 0},
-        lower_bounds={1: (i * 10).to_bytes(8, "little")},
-        upper_bounds={1: (i * 10 + 9).to_bytes(8, "little")},
-    )
+    return id_file(table.location, i, "ab"[i % 2])
 
 
 async def _table(tmp_path: Path) -> Table:
