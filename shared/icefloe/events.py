@@ -49,7 +49,17 @@ partition and are read in the order they were produced.
       Needs a filter or some files;
     * ``row-delta``: adds data files and the delete files of the named events; needs files;
     * ``rewrite``: ``rewritten-files`` lists the paths of the data or delete files the new
-      files replace (compaction); it must not be empty.
+      files replace (compaction); it must not be empty;
+    * ``upsert``: a change batch on a keyed table (one with ``identifier-field-ids``). Its
+      data files hold the new row of each key; its delete files are *key files*: Parquet
+      files of content ``equality-deletes`` whose ``equality-ids`` are the table's
+      identifier fields, naming the keys whose existing rows are removed (every key the
+      batch upserts or deletes). Key files are never committed: at commit the coordinator
+      resolves their keys against the rows live in the table (and those of upserts before
+      it in the same snapshot) into deletion vectors (v3) or position deletes (v2), so no
+      equality delete ever reaches the table. Within one commit id a key appears at most
+      once in the data files; upserts commit in the order of their commit-requested events
+      on the partition. Needs files.
 
 ``table-committed`` (coordinator → results topic)
     ``table``, ``branch``, ``snapshot-id``, ``sequence-number``, ``metadata-location``, the
@@ -156,6 +166,7 @@ class CommitOperation(StrEnum):
     OVERWRITE = "overwrite"
     ROW_DELTA = "row-delta"
     REWRITE = "rewrite"
+    UPSERT = "upsert"
 
 
 def new_event_id() -> str:
@@ -574,7 +585,10 @@ class CommitRequested(_EventModel):
             raise ValidationError(f"'rewritten-files' is only allowed for rewrite, not {op}")
         if op == CommitOperation.REWRITE and not self.rewritten_files:
             raise ValidationError("a rewrite must list the files it replaces in 'rewritten-files'")
-        if op in (CommitOperation.APPEND, CommitOperation.ROW_DELTA) and not has_files:
+        if (
+            op in (CommitOperation.APPEND, CommitOperation.ROW_DELTA, CommitOperation.UPSERT)
+            and not has_files
+        ):
             raise ValidationError(
                 f"{op} names no files: list the writers' 'event-ids' or 'attempt-ids'"
             )
