@@ -8,8 +8,9 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(CURDIR)/.tools/node_modules/.bin:$(PATH)
 setup:
 	@bash deploy/setup.sh
 
+# DEMO_ARGS passes options to the demo, e.g. DEMO_ARGS="--rows 20000" (see --help).
 demo: setup
-	$(PY) -m icefloe.dev.demo
+	$(PY) -m icefloe.dev.demo $(DEMO_ARGS)
 
 check: setup lint typecheck imports
 
