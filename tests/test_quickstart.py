@@ -38,7 +38,7 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PAGE = REPO_ROOT / "docs" / "quickstart.md"
 WORKDIR = "icefloe-quickstart"  # under HOME, as the page says
-DEMO_ARGS = "--rows 20000 --writers 2 --batches 2 --batch-rows 2000"
+DEMO_ARGS = "--rows 5000 --writers 1 --batches 1 --batch-rows 500"
 
 _FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 
@@ -148,7 +148,13 @@ def test_the_quickstart_runs_as_written(tmp_path: Path) -> None:
         script += [f"echo '@@step {number}@@'", step.commands]
     (tmp_path / "quickstart.sh").write_text("\n".join(script) + "\n")
     process = subprocess.Popen(
-        ["unshare", "--net", "bash", "-c", f"ip link set lo up && exec bash {tmp_path}/quickstart.sh"],
+        [
+            "unshare",
+            "--net",
+            "bash",
+            "-c",
+            f"ip link set lo up && exec bash {tmp_path}/quickstart.sh",
+        ],
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
