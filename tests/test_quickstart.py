@@ -21,7 +21,8 @@ How it runs, as close to the page as a test can:
   until pytest-timeout's ceiling reports it), and kills the group if the test fails early.
 
 The demo (one Spark session) and the quickstart's two Spark jobs (a JVM each) dominate
-its time: 9.6 minutes on 2 cores at load 12-15 (five other test runs beside it).
+its time. On 2 cores shared with five other test runs (load 8-15) it took 7-9.6 minutes
+(``make demo`` 218 s, the rest 357 s in the slower run); most of it is the JVMs starting.
 """
 
 from __future__ import annotations
