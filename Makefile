@@ -41,7 +41,7 @@ test-fast: setup
 # link or anchor, a page left out of the navigation) fails. The settings and Helm values
 # pages are generated from the code while it builds (services/icefloe/dev/docs_reference.py).
 docs: setup
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 bench: setup
 	$(PY) -m icefloe.dev.bench
