@@ -105,8 +105,8 @@ def test_every_setting_of_every_service_is_on_the_settings_page(site: Path) -> N
                 assert row[2] == ("—" if is_secret(info) else key), (name, row)
             if info.is_required():
                 assert "required" in row[-2]
-            if info.description:
-                assert info.description.split(";")[0] in row[-1], (title, name, row)
+            description = info.description or docs_reference.UNDESCRIBED[row[1]]
+            assert description.split(";")[0] in row[-1], (title, name, row)
 
 
 def _leaves(node: Any, path: str = "") -> Iterator[str]:
@@ -133,6 +133,24 @@ def test_every_chart_value_is_on_the_helm_values_page(site: Path) -> None:
     assert table["planner.cacheMaxBytes"][2] == "536870912"
     assert "RSS" in table["planner.cacheMaxBytes"][3], "the comment above the key describes it"
     assert table["image.pullPolicy"][1] == 'string: "Always", "IfNotPresent", "Never"'
+
+
+def test_every_setting_is_described_once() -> None:
+    """Descriptions the docs add for settings whose model has none may only fill gaps: an
+    entry for a setting described in its model (or for no setting) fails, so the page never
+    holds two descriptions of one setting."""
+    undescribed = {
+        f"{prefix}{name.upper()}"
+        for model, prefix, _ in MODELS
+        for name, info in model.model_fields.items()
+        if not info.description
+    }
+    assert set(docs_reference.UNDESCRIBED) <= undescribed, sorted(
+        set(docs_reference.UNDESCRIBED) - undescribed
+    )
+    assert undescribed <= set(docs_reference.UNDESCRIBED), (
+        f"settings with no description anywhere: {sorted(undescribed - set(docs_reference.UNDESCRIBED))}"
+    )
 
 
 def test_an_unknown_generated_section_fails_the_build() -> None:
