@@ -133,6 +133,11 @@ def test_every_chart_value_is_on_the_helm_values_page(site: Path) -> None:
     assert table["planner.cacheMaxBytes"][2] == "536870912"
     assert "RSS" in table["planner.cacheMaxBytes"][3], "the comment above the key describes it"
     assert table["image.pullPolicy"][1] == 'string: "Always", "IfNotPresent", "Never"'
+    # What a value sets comes from the templates, and the setting's description with it.
+    batching = table["coordinator.batching.maxFiles"][3]
+    assert "sets ICEFLOE_BATCH_MAX_FILES" in batching
+    assert docs_reference.UNDESCRIBED["ICEFLOE_BATCH_MAX_FILES"] in batching
+    assert "ICEFLOE_PLANNER_RESULTS_TOPIC" in table["topics.results"][3]
 
 
 def test_every_setting_is_described_once() -> None:

@@ -345,12 +345,50 @@ def schema_paths(schema: dict[str, Any], node: dict[str, Any] | None = None) -> 
             yield f"{key}.{sub}"
 
 
+_ALIAS = re.compile(r"\{\{-?\s*(\$\w+)\s*:=\s*\.Values\.([\w.]+)\s*-?\}\}")
+_ENTRY = re.compile(r"^\s*((?:ICEFLOE|AWS)_\w+):\s*\{\{-?\s*(\$\w+|\.Values)\.([\w.]+)", re.M)
+
+
+def chart_variables(chart: Path = CHART) -> dict[str, list[str]]:
+    """Chart value -> the environment variables the templates set from it.
+
+    Read from the ConfigMap templates' ``NAME: {{ .Values.path ... }}`` lines (and their
+    ``$x := .Values.path`` aliases), so the page says what each value configures without
+    a second list to keep in step.
+    """
+    out: dict[str, list[str]] = {}
+    for template in sorted((chart / "templates").glob("*.yaml")):
+        text = template.read_text()
+        aliases = {alias: path for alias, path in _ALIAS.findall(text)}
+        for variable, base, rest in _ENTRY.findall(text):
+            root = aliases.get(base) if base != ".Values" else None
+            path = f"{root}.{rest}" if root else rest
+            out.setdefault(path, []).append(variable)
+    return out
+
+
+def _setting_descriptions() -> dict[str, str]:
+    return {
+        row.environment: row.description
+        for source in settings_sources()
+        for row in settings_rows(source)
+        if row.description
+    }
+
+
 def chart_values(chart: Path = CHART) -> list[ChartValue]:
     """The chart's values, in file order, plus schema properties values.yaml leaves out."""
     text = (chart / "values.yaml").read_text()
     values = yaml.safe_load(text)
     schema = json.loads((chart / "values.schema.json").read_text())
     comments = values_comments(text)
+    variables = chart_variables(chart)
+    settings = _setting_descriptions()
+    for path, names in variables.items():
+        own = comments.get(path, "")
+        described = own or next((settings[n] for n in names if n in settings), "")
+        sets = "sets " + ", ".join(f"`{n}`" for n in names)
+        comments[path] = f"{described} ({sets})" if described else sets
     rows: list[ChartValue] = []
     seen: set[str] = set()
 
@@ -428,6 +466,7 @@ __all__ = [
     "Setting",
     "SettingsSource",
     "chart_values",
+    "chart_variables",
     "expand",
     "helm_values_table",
     "on_page_markdown",
