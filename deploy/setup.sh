@@ -14,6 +14,10 @@ command -v npm >/dev/null 2>&1 || need_apt+=(npm)
 # wrk: the planner service benchmark's load generator (C, one thread per core, a Lua script
 # for the POST body), so the clients cost the shared cores little beside the planner.
 command -v wrk >/dev/null 2>&1 || need_apt+=(wrk)
+# curl and ip: the quickstart's commands (docs/quickstart.md) and its test, which runs them
+# in a network namespace of its own (tests/test_quickstart.py).
+command -v curl >/dev/null 2>&1 || need_apt+=(curl)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)
 $PY -c 'import venv, ensurepip' >/dev/null 2>&1 || need_apt+=(python3-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   echo "setup: apt-get install ${need_apt[*]}"
