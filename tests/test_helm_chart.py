@@ -9,6 +9,7 @@ variable the services do not read, or a value they cannot parse, fails here.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -61,7 +62,15 @@ FULL: dict[str, Any] = {
         },
     },
     "topics": {"partitions": 4, "create": False},
-    "metrics": {"serviceMonitor": {"enabled": True, "labels": {"release": "prom"}}},
+    "metrics": {
+        "serviceMonitor": {"enabled": True, "labels": {"release": "prom"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
+        "grafanaDashboard": {
+            "enabled": True,
+            "namespace": "monitoring",
+            "annotations": {"grafana_folder": "Data"},
+        },
+    },
     "coordinator": {
         "replicaCount": 6,
         "batching": {"maxFiles": 50, "maxBytes": 268435456, "maxWaitMs": 2000},
@@ -471,6 +480,32 @@ def test_full_values_render_ingress_autoscaler_monitors_and_identity(tmp_path: P
         (endpoint,) = monitor["spec"]["endpoints"]
         assert endpoint["path"] == "/metrics"
         assert endpoint["port"] in {p["name"] for p in target["spec"]["ports"]}
+
+
+def test_dashboard_and_alert_rules_ship_behind_their_flags(tmp_path: Path) -> None:
+    """The chart's files, byte for byte in meaning: the rules promtool checks
+    (tests/test_monitoring.py) are the rules the PrometheusRule carries."""
+    minimal = render(MINIMAL, tmp_path)
+    assert "PrometheusRule" not in minimal.kinds()
+    assert ("ConfigMap", "rel-icefloe-dashboard") not in minimal.by_key
+
+    rendered = render(FULL, tmp_path)
+    files = CHART / "files"
+    rule = rendered.get("PrometheusRule", "floe")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "prom"
+    assert rule["metadata"]["labels"]["app.kubernetes.io/part-of"] == "icefloe"
+    assert rule["spec"] == yaml.safe_load((files / "prometheus-rules.yaml").read_text())
+    assert len(rule["spec"]["groups"]) >= 3
+
+    dashboard = rendered.get("ConfigMap", "floe-dashboard")
+    assert dashboard["metadata"]["namespace"] == "monitoring"
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert dashboard["metadata"]["annotations"] == {"grafana_folder": "Data"}
+    (key,) = dashboard["data"]
+    assert key.endswith(".json")
+    shipped = json.loads((files / "grafana-dashboard.json").read_text())
+    assert json.loads(dashboard["data"][key]) == shipped
 
 
 def test_a_config_change_rolls_the_pods_and_nothing_else_does(tmp_path: Path) -> None:
