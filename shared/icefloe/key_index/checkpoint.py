@@ -134,10 +134,17 @@ class CheckpointStore:
         return await self.io.exists(self.run_location(name))
 
     async def write_run(self, name: str, data: bytes) -> None:
+        """Store a run under its digest ``name``. A file already there holds the same bytes
+        unless it was damaged: then it is replaced (any content but this is garbage)."""
+        location = self.run_location(name)
         try:
-            await self.io.write_once(self.run_location(name), data)
+            await self.io.write_once(location, data)
         except AlreadyExistsError:
-            pass  # content-addressed: whoever wrote it wrote these bytes
+            try:
+                await self.read_run(name)
+            except ValidationError:
+                log.warning("key index run %s was damaged; writing it again", location)
+                await self.io.write(location, data)
 
     async def write_manifest(self, runs: Sequence[RunRef]) -> int:
         """A new manifest naming ``runs`` (already written); returns its sequence number."""

@@ -292,10 +292,9 @@ class KeyIndex:
         spill the biggest runs while memory is over budget."""
         out: list[Run] = []
         for run in runs:
-            live = run.live_rows
-            if live == 0:
+            if not run.alive.any():
                 continue
-            if 2 * live < len(run):
+            if 2 * run.live_rows < len(run):
                 run = run_ops.merge([run])
             out.append(run)
             while (
