@@ -218,6 +218,8 @@ def _md5_words(blob: pa.Array) -> EncodedKeys:
 
     DuckDB's ``md5_number`` computes the digest vectorized; it hands the 16 digest bytes
     back as an Arrow ``decimal128`` buffer, read here as words without conversion."""
+    if len(blob) == 0:
+        return EncodedKeys(np.empty(0, np.uint64), np.empty(0, np.uint64))
     connection = _duckdb()
     connection.register("icefloe_keys", pa.table({"k": blob}))
     try:

@@ -98,7 +98,7 @@ def build(files: Sequence[tuple[str, EncodedKeys]]) -> Run:
     file_ids = np.repeat(np.arange(len(files), dtype=np.uint32), counts)
     starts = np.repeat(np.cumsum(counts) - counts, counts)
     pos = (np.arange(total, dtype=np.int64) - starts).astype(np.uint32)
-    order = np.argsort(hi, kind="stable")
+    order = np.argsort(hi)
     return Run(
         hi[order],
         None if lo is None else lo[order],
