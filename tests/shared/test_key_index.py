@@ -521,3 +521,63 @@ async def test_checkpoint_and_resume_through_s3(s3_server: S3Endpoint) -> None:
         wanted = key_table(schema, domain)
         assert as_lists(await resumed.lookup(wanted)) == as_lists(await fresh.lookup(wanted))
         assert await resumed.lookup(wanted)
+
+
+@settings(max_examples=examples(25))
+@given(
+    damage=st.lists(
+        st.tuples(
+            st.sampled_from(["flip", "truncate", "delete"]), st.integers(0, 10**6), st.integers(0)
+        ),
+        min_size=1,
+        max_size=3,
+    ),
+)
+def test_any_damage_to_checkpoints_costs_reading_never_a_row(
+    damage: list[tuple[str, int, int]],
+) -> None:
+    """Bytes flipped, files cut short or deleted anywhere in the checkpoint directory:
+    ``open`` never fails and never trusts what it cannot check, and after ``sync`` every
+    lookup is the reference's."""
+    schema = kind_schema("string")
+    domain = KEY_KINDS["string"][1]
+
+    async def run(tmp: Path) -> None:
+        files = [
+            write_file(schema, str(tmp / f"s{n}.parquet"), [domain[(n + i) % 6] for i in range(5)])
+            for n in range(5)
+        ]
+        table = str(tmp / "table")
+        index = await KeyIndex.open(LocalFileIO(), table, schema, [1])
+        for n in (2, 4, 5):
+            await index.sync({f.file_path: f for f in files[:n]})
+            await index.checkpoint()
+        root = tmp / "table" / CHECKPOINT_DIR
+        for how, which, where in damage:
+            targets = sorted(p for p in root.rglob("*") if p.is_file())
+            if not targets:
+                break
+            target = targets[which % len(targets)]
+            data = target.read_bytes()
+            if how == "delete":
+                target.unlink()
+            elif how == "truncate":
+                target.write_bytes(data[: where % max(1, len(data))])
+            elif data:
+                at = where % len(data)
+                target.write_bytes(data[:at] + bytes([data[at] ^ 0x5A]) + data[at + 1 :])
+        resumed = await KeyIndex.open(LocalFileIO(), table, schema, [1])
+        assert resumed.covered <= {f.file_path for f in files[:5]}
+        await resumed.sync({f.file_path: f for f in files})
+        oracle = ReferenceIndex()
+        oracle.sync(
+            {
+                f.file_path: positions_by_key([domain[(n + i) % 6] for i in range(5)])
+                for n, f in enumerate(files)
+            }
+        )
+        wanted = key_table(schema, domain)
+        assert as_lists(await resumed.lookup(wanted)) == oracle.lookup(list(domain))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(run(Path(tmp)))
