@@ -191,13 +191,7 @@ class KeyIndex:
         )
 
     async def _read_encoded(self, data_file: DataFile) -> EncodedKeys:
-        raw = await self.io.read(data_file.file_path)
-
-        def decode() -> EncodedKeys:
-            keys = read_data_file(raw, self.schema, location=data_file.file_path)
-            return self.encoding.encode(keys)
-
-        return await asyncio.to_thread(decode)
+        return await asyncio.to_thread(self.encoding.encode, await self.read_keys(data_file))
 
     def stats(self) -> KeyIndexStats:
         runs = [*self._runs, *self._staged]
