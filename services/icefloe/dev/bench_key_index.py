@@ -123,7 +123,11 @@ class _Kind:
         self.ctx, self.runner, self.kind, self.keys = ctx, runner, kind, keys
         self.tmp = Path(tempfile.mkdtemp(prefix=f"icefloe-bench-key-index-{kind}-"))
         files = ctx.size("files", full=50, quick=10)
-        self.files = _write_files(kind, self.tmp / "data", keys, files + 1)
+        try:
+            self.files = _write_files(kind, self.tmp / "data", keys, files + 1)
+        except BaseException:
+            self.close()
+            raise
         self.committed, self.new = self.files[:-1], self.files[-1]
         self.schema = _schema(kind)
         self.location = str(self.tmp / "table")
