@@ -37,7 +37,9 @@ How it scales:
   the files committed since. A checkpoint only ever says which files' keys it holds, so an
   old or skipped one costs reading time, never a missed row.
 
-CPU work (decoding, hashing, sorting, merging, searching) runs in worker threads.
+Reading a data file's keys fetches its footer and then only the key columns' chunks
+(:mod:`icefloe.key_index.key_columns`), not the whole file. CPU work (decoding, hashing,
+sorting, merging, searching) runs in worker threads.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ from icefloe.fileio import FileIO
 from icefloe.key_index import runs as run_ops
 from icefloe.key_index.checkpoint import UNUSABLE, CheckpointStore, RunRef
 from icefloe.key_index.encoding import EncodedKeys, KeyEncoding
+from icefloe.key_index.key_columns import read_key_columns
 from icefloe.key_index.runs import Run
-from icefloe.parquet import read_data_file
 from icefloe.schema import Schema
 
 log = logging.getLogger(__name__)
@@ -185,10 +187,7 @@ class KeyIndex:
         """The key columns of a data file, in row order (row ``i`` is position ``i``)."""
         if data_file.content != DataFileContent.DATA:
             raise ValidationError(f"{data_file.file_path} is not a data file")
-        raw = await self.io.read(data_file.file_path)
-        return await asyncio.to_thread(
-            read_data_file, raw, self.schema, location=data_file.file_path
-        )
+        return await read_key_columns(self.io, data_file, self.schema)
 
     async def _read_encoded(self, data_file: DataFile) -> EncodedKeys:
         return await asyncio.to_thread(self.encoding.encode, await self.read_keys(data_file))
