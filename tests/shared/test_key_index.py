@@ -581,3 +581,21 @@ def test_any_damage_to_checkpoints_costs_reading_never_a_row(
 
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(run(Path(tmp)))
+
+
+async def test_a_discard_during_a_lookup_is_not_undone(tmp_path: Path) -> None:
+    """The lookup that was encoding the staged files when the attempt was abandoned must
+    not bring them back."""
+    a = _write(tmp_path, "a.parquet", [1], ["eu"])
+    b = _write(tmp_path, "b.parquet", [1, 1], ["eu", "eu"])
+    index = KeyIndex(LocalFileIO(), SCHEMA, SCHEMA.identifier_field_ids)
+    await index.sync({a.file_path: a})
+    keys = pa.table({"id": pa.array([1], pa.int64()), "region": ["eu"]})
+    index.stage(b, await index.read_keys(b))
+    during = asyncio.create_task(index.lookup(keys))
+    await asyncio.sleep(0)  # the lookup has taken the staged files and is encoding them
+    index.discard_staged()
+    await during
+    assert as_lists(await index.lookup(keys)) == {a.file_path: [0]}
+    await index.sync({a.file_path: a, b.file_path: b})  # b committed by someone: read it
+    assert as_lists(await index.lookup(keys)) == {a.file_path: [0], b.file_path: [0, 1]}
