@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
@@ -34,6 +34,7 @@ from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
 from icefloe.fileio import LocalFileIO, S3FileIO
 from icefloe.key_index import KeyIndex, key_schema, key_tuples
+from icefloe.key_index import runs as run_ops
 from icefloe.key_index.checkpoint import CHECKPOINT_DIR
 from icefloe.key_index.encoding import KeyEncoding
 from icefloe.parquet import write_data_file
@@ -599,3 +600,22 @@ async def test_a_discard_during_a_lookup_is_not_undone(tmp_path: Path) -> None:
     assert as_lists(await index.lookup(keys)) == {a.file_path: [0]}
     await index.sync({a.file_path: a, b.file_path: b})  # b committed by someone: read it
     assert as_lists(await index.lookup(keys)) == {a.file_path: [0], b.file_path: [0, 1]}
+
+
+@settings(max_examples=examples(100))
+@example(values=[2**63 - 1, -(2**63), 7, 5, 6, 5], spread=1, unsigned=False)  # the fix-up
+@example(values=[-1, 3, -(2**63), 2], spread=1, unsigned=True)
+@given(
+    values=st.lists(st.integers(-(2**63), 2**63 - 1), max_size=300),
+    spread=st.sampled_from([1, 3, 2**20, 2**62]),
+    unsigned=st.booleans(),
+)
+def test_sort_order_sorts(values: list[int], spread: int, unsigned: bool) -> None:
+    """The packed value sort is a permutation that sorts, whatever the keys' span (exact
+    packing, top-bit packing with its stable fix-up)."""
+    keys = np.array([v // spread for v in values], dtype=np.int64)
+    if unsigned:
+        keys = keys.view(np.uint64)
+    order = run_ops.sort_order(keys)
+    assert sorted(order.tolist()) == list(range(len(keys)))
+    assert keys[order].tolist() == sorted(keys.tolist())
