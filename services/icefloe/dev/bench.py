@@ -64,6 +64,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "icefloe.dev.bench_compact",
     "icefloe.dev.bench_coordinator",
     "icefloe.dev.bench_dedup",
+    "icefloe.dev.bench_key_index",
 )
 
 # Distributions whose versions explain a figure; printed with every report.
