@@ -1,0 +1,152 @@
+"""Where REST writers may put tables, and which files a table may own.
+
+Without this, a write token could make the server write metadata files anywhere it can
+(a table ``location`` or ``write.metadata.path`` outside the warehouse), read any file as
+"metadata" (register), or, by committing a snapshot whose manifest list is another table's
+and purging the table, make the server delete that table's files. The rules:
+
+* every table location and every location-bearing property (``write.data.path``,
+  ``write.metadata.path``, ``write.object-storage.path``, …; relative values resolved under
+  the location) lies under an allowed prefix (``ICEFLOE_REST_ALLOWED_LOCATIONS``, default
+  the warehouse), in the normal form of :mod:`icefloe.locations`: ``..``, ``.``, ``//`` in
+  keys and percent-encoded dot steps are refused, other schemes and buckets are outside,
+  and on a local disk symbolic links are followed before deciding;
+* a commit may add only snapshots whose manifest list, manifests and new data and delete
+  files (and statistics files) lie under the table's own directories;
+* a purge deletes only what lies under the purged table's own location.
+
+Refusals are 403 ``ForbiddenException``, for a location without a normal form as for one
+outside the allowed set. Messages name the client's location and the rule, never the
+server's configured prefixes (those go to the log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+
+from icefloe.errors import InvalidFileError, NotFoundError, ValidationError
+from icefloe.fileio import FileIO
+from icefloe.locations import (
+    LOCATION_PROPERTIES,
+    normal_location,
+    resolve_table_path,
+    table_locations,
+    within_any,
+)
+from icefloe.manifest_reader import ManifestReader
+from icefloe.metadata import TableMetadata
+from icefloe.planner.errors import ApiError
+
+log = logging.getLogger(__name__)
+
+
+def _forbidden(message: str) -> ApiError:
+    return ApiError(403, "ForbiddenException", message)
+
+
+class LocationPolicy:
+    """The allowed prefixes and the checks every write route applies with them."""
+
+    def __init__(self, prefixes: Iterable[str]) -> None:
+        self.prefixes = [p.strip() for p in prefixes if p.strip()]
+        for prefix in self.prefixes:
+            normal_location(prefix)  # a bad setting fails at startup, naming itself
+
+    def allows(self, location: str) -> bool:
+        """Whether ``location`` lies under an allowed prefix (links followed on local disk)."""
+        if not self.prefixes:
+            return True
+        return within_any(location, self.prefixes, resolve_links=True)
+
+    def check(self, location: str, what: str) -> None:
+        """403 for a location without a normal form or outside the allowed set."""
+        try:
+            normal_location(location)
+        except ValidationError as e:
+            raise _forbidden(f"{what}: {e}") from None
+        if not self.allows(location):
+            log.warning("refused %s %r: outside %s", what, location[:200], self.prefixes)
+            raise _forbidden(
+                f"{what} {location[:200]!r} is outside the locations this catalog allows "
+                "(ICEFLOE_REST_ALLOWED_LOCATIONS)"
+            )
+
+    def check_table(self, location: str, properties: Mapping[str, str]) -> None:
+        """The table location and each location-bearing property it sets."""
+        self.check(location, "table location")
+        for key in LOCATION_PROPERTIES:
+            value = properties.get(key)
+            if value:
+                self.check(resolve_table_path(location, value), f"table property {key}")
+
+    def purgeable(self, metadata: TableMetadata) -> Callable[[str], bool]:
+        """What a purge of the table may delete: files under its own location, allowed."""
+        location = metadata.location
+        return lambda path: within_any(path, (location,), resolve_links=True) and self.allows(path)
+
+    async def check_commit(
+        self, io: FileIO, base: TableMetadata | None, new: TableMetadata, table: str
+    ) -> None:
+        """Refuse a commit's new metadata if it moves the table outside the allowed set or
+        adds files the table may not own (see the module docstring)."""
+        roots = table_locations(new.location, new.properties)
+        if base is None or roots != table_locations(base.location, base.properties):
+            self.check_table(new.location, new.properties)
+        known = set() if base is None else {s.snapshot_id for s in base.snapshots}
+        paths: list[tuple[str, str]] = []
+        old_stats = set() if base is None else _statistics_paths(base)
+        paths.extend(("statistics file", p) for p in sorted(_statistics_paths(new) - old_stats))
+        added = [s for s in new.snapshots if s.snapshot_id not in known]
+        reader = ManifestReader(io, cache_bytes=0)
+        specs = new.specs()
+        for snapshot in added:
+            what = f"snapshot {snapshot.snapshot_id}"
+            if snapshot.manifest_list is not None:
+                # Checked before it is read: the server reads no file it was not meant to.
+                await self._owned(roots, [(f"{what}'s manifest list", snapshot.manifest_list)])
+            else:
+                listed = snapshot.manifests or ()
+                await self._owned(roots, [(f"{what}'s manifest", m) for m in listed])
+            try:
+                manifests = await reader.manifests(snapshot)
+                await self._owned(
+                    roots, [(f"{what}'s manifest", m.manifest_path) for m in manifests]
+                )
+                for manifest in manifests:
+                    if manifest.added_snapshot_id == snapshot.snapshot_id:
+                        entries = await reader.entries(manifest, specs)
+                        paths.extend((f"{what}'s file", e.data_file.file_path) for e in entries)
+            except (NotFoundError, InvalidFileError, ValidationError) as e:
+                log.warning("table %s: %s's manifests are unreadable: %s", table, what, e)
+                raise ApiError(
+                    400,
+                    "BadRequestException",
+                    f"table {table}: {what}'s manifest list or manifests are missing or "
+                    "invalid; write them before committing the snapshot",
+                ) from None
+        await self._owned(roots, paths)
+
+    async def _owned(self, roots: list[str], paths: list[tuple[str, str]]) -> None:
+        if not paths:
+            return
+        # Links are followed (a file-system call per path): off the event loop.
+        refused = await asyncio.to_thread(
+            lambda: next(
+                ((what, p) for what, p in paths if not within_any(p, roots, resolve_links=True)),
+                None,
+            )
+        )
+        if refused is not None:
+            what, path = refused
+            raise _forbidden(
+                f"{what} {path[:200]!r} is outside the table's own directories; a commit may "
+                "only add files under the table location (or its write.*.path properties)"
+            )
+
+
+def _statistics_paths(metadata: TableMetadata) -> set[str]:
+    paths = {s.statistics_path for s in metadata.statistics}
+    paths.update(s.statistics_path for s in metadata.partition_statistics)
+    return paths
