@@ -140,6 +140,7 @@ def auth_middleware(authority: TokenAuthority) -> Middleware:
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not request.path.startswith("/v1/") or request.path == OAUTH_PATH:
             return await handler(request)
+        request[PRINCIPAL_KEY] = UNAUTHENTICATED  # who the audit names if this refuses
         principal = authority.authenticate(request.headers.get("Authorization", ""))
         request[PRINCIPAL_KEY] = principal
         if write_operation(request) is not None and not principal.can_write:

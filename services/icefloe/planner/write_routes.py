@@ -395,12 +395,16 @@ class WriteRoutes:
         )
         return web.json_response({"namespace": list(namespace), "properties": properties})
 
-    async def _namespace_or_404(self, namespace: Namespace) -> dict[str, str]:
+    async def _namespace_or_404(
+        self, namespace: Namespace, error_type: str = "NoSuchNamespaceException"
+    ) -> dict[str, str]:
+        """The namespace's properties, or 404 in ``error_type``: the spec answers an unknown
+        namespace with NoSuchTableException on the routes of one table (drop, commit)."""
         try:
             return await self.catalog.load_namespace_properties(namespace)
         except NotFoundError:
             raise ApiError(
-                404, "NoSuchNamespaceException", f"namespace {'.'.join(namespace)!r} does not exist"
+                404, error_type, f"namespace {'.'.join(namespace)!r} does not exist"
             ) from None
 
     async def drop_namespace(self, request: web.Request) -> web.StreamResponse:
@@ -542,7 +546,7 @@ class WriteRoutes:
         if purge_text not in ("true", "false"):
             raise _bad_request(f"purgeRequested must be true or false, got {purge_text!r}")
         purge = purge_text == "true"
-        await self._namespace_or_404(ident.namespace)
+        await self._namespace_or_404(ident.namespace, "NoSuchTableException")
         refused: list[str] = []
         try:
             table = await self.catalog.load_table(ident)
@@ -611,15 +615,13 @@ class WriteRoutes:
     async def _run(self, commits: list[TableCommit]) -> list[CommitOutcome]:
         for commit in commits:
             if not commit.creates:
-                await self._namespace_or_404(commit.identifier.namespace)
+                await self._namespace_or_404(commit.identifier.namespace, "NoSuchTableException")
         stats = CommitStats()
         try:
             return await commit_table_changes(
                 self.catalog, commits, self.policy, stats, check=self._check_change
             )
-        except NotFoundError as e:
-            if "namespace" in str(e):
-                raise ApiError(404, "NoSuchNamespaceException", str(e)) from None
+        except NotFoundError as e:  # the spec's one 404 of updateTable and commitTransaction
             raise ApiError(404, "NoSuchTableException", str(e)) from None
         finally:
             self._lost_swaps.inc(stats.conflicts)
