@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import hashlib
 import json
@@ -722,13 +723,16 @@ class PlannerService:
             req, row_filter = _parse_plan_request(raw)
         plan = await self._make_plan(ident, req, row_filter)
         snapshot_id = plan.snapshot.snapshot_id if plan.snapshot is not None else None
-        identity = self.tokens.issue(
+        issue = functools.partial(
+            self.tokens.issue,
             table=_table_key(ident),
             request=req.model_dump(by_alias=True, exclude_none=True),
             snapshot_id=snapshot_id,
             page_size=self.config.tasks_per_page,
             expires_at=self.wall_clock() + self.config.plan_ttl_ms / 1000.0,
         )
+        # A token embeds the request (JSON, compressed, signed): for a big one, off the loop.
+        identity = await asyncio.to_thread(issue) if len(raw) > OFFLOAD_BODY_BYTES else issue()
         stored = self.plans.add(
             ident, plan, identity.page_size, plan_id=identity.plan_id, key=identity.key
         )
