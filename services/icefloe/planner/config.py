@@ -118,7 +118,9 @@ class PlannerConfig(BaseSettings, KafkaSettings):
     token_scope: Literal["read", "write"] | None = Field(
         None,
         description="what the token grants: 'read' (unset: read, with a startup warning "
-        "when it was the only way to write) or 'write' (it may also write the catalog)",
+        "when it was the only way to write) or 'write' (it may also write the catalog); "
+        "environment only, like the token (a --token-scope flag would also answer to --token)",
+        json_schema_extra={"flag": False},
     )
     plan_secret: SecretStr | None = Field(
         None,

@@ -13,6 +13,9 @@ and purging the table, make the server delete that table's files. The rules:
   and on a local disk symbolic links are followed before deciding;
 * a commit may add only snapshots whose manifest list, manifests and new data and delete
   files (and statistics files) lie under the table's own directories;
+* a table moves only into a location of its own: a new table's custom location, and the
+  location a commit moves a table to, must hold no file yet (else a writer could create a
+  table at another table's location and purge it);
 * a purge deletes only what lies under the purged table's own location.
 
 Refusals are 403 ``ForbiddenException``, for a location without a normal form as for one
@@ -81,6 +84,14 @@ class LocationPolicy:
             if value:
                 self.check(resolve_table_path(location, value), f"table property {key}")
 
+    async def check_unused(self, io: FileIO, location: str, what: str) -> None:
+        """403 if ``location`` already holds a file (another table's, or anything else)."""
+        async for _ in io.list(location):
+            raise _forbidden(
+                f"{what} {location[:200]!r} already holds files; a table's location must be "
+                "its own (choose an empty one)"
+            )
+
     def purgeable(self, metadata: TableMetadata) -> Callable[[str], bool]:
         """What a purge of the table may delete: files under its own location, allowed."""
         location = metadata.location
@@ -94,6 +105,8 @@ class LocationPolicy:
         roots = table_locations(new.location, new.properties)
         if base is None or roots != table_locations(base.location, base.properties):
             self.check_table(new.location, new.properties)
+        if base is not None and new.location != base.location:
+            await self.check_unused(io, new.location, "table location")
         known = set() if base is None else {s.snapshot_id for s in base.snapshots}
         paths: list[tuple[str, str]] = []
         old_stats = set() if base is None else _statistics_paths(base)

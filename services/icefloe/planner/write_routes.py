@@ -478,8 +478,11 @@ class WriteRoutes:
             if body.write_order is not None
             else SortOrder.unsorted()
         )
-        location = body.location or await self.catalog.default_table_location(ident)
+        default = await self.catalog.default_table_location(ident)
+        location = body.location or default
         self.locations.check_table(location, body.properties)
+        if location != default:
+            await self.locations.check_unused(self.catalog.io, location, "table location")
         metadata = new_table_metadata(schema, spec, order, location, body.properties)
         principal = principal_of(request)
         if body.stage_create:

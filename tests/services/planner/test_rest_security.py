@@ -197,6 +197,13 @@ async def test_a_commit_cannot_adopt_another_tables_files_and_purge_cannot_delet
     # 4. A manifest list that does not exist (the next plan would fail): 400, not 200.
     response = await commit([*add_snapshot(4, str(t4_metadata / "missing.avro")), set_main(4)])
     await expect(response, 400, "BadRequestException")
+    # 5. Moving into the victim's location, or creating a table there, to purge it later.
+    move = {"action": "set-location", "location": victim.location}
+    response = await commit([move])
+    assert "already holds files" in await expect(response, 403, "ForbiddenException")
+    body = {"name": "t5", "schema": SCHEMA, "location": victim.location}
+    response = await client.post("/v1/namespaces/db/tables", json=body)
+    await expect(response, 403, "ForbiddenException")
     table = await served.catalog.load_table("db.t4")
     assert table.metadata.snapshots == ()
 
