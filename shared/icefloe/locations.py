@@ -143,6 +143,86 @@ def within_any(location: str, roots: Iterable[str], *, resolve_links: bool = Fal
     return any(within(location, root, resolve_links=resolve_links) for root in roots)
 
 
+def _spellings(root: Location) -> tuple[str, ...]:
+    """The textual prefixes (ending in ``/``) under which a location is within ``root``."""
+    if root.bucket is None:
+        base = root.path.rstrip("/")
+        return tuple(f"{p}{base}/" for p in ("", "file:", "file://", "file://localhost"))
+    key = f"{root.path}/" if root.path else ""
+    schemes = [s for s, canonical in _SCHEME_ALIASES.items() if canonical == root.scheme]
+    return tuple(f"{s}://{root.bucket}/{key}" for s in (root.scheme, *schemes))
+
+
+def _plainly_below(rest: str) -> bool:
+    """Whether the text after a root's prefix is only plain names: no dot step, empty step,
+    percent escape or control character (anything else is left to the exact rule)."""
+    steps = f"/{rest}/"
+    return not (
+        "%" in rest
+        or "//" in steps
+        or "/./" in steps
+        or "/../" in steps
+        or any(ord(c) < 0x20 or c == "\x7f" for c in rest)
+    )
+
+
+def first_outside(
+    paths: Iterable[str], roots: Iterable[str], *, resolve_links: bool = False
+) -> str | None:
+    """The first of ``paths`` that is not within any of ``roots`` (see :func:`within`), or
+    None. Made for thousands of paths (a commit's data files): a path spelled plainly under
+    a root is accepted by its text, the exact rule decides the rest, and symbolic links are
+    resolved once per folder, not once per file (a link in place of a file is not followed:
+    deleting it removes the link, reading it is the writer's own business)."""
+    normal_roots = []
+    for root in roots:
+        try:
+            normal_roots.append(normal_location(root))
+        except ValidationError:
+            continue
+    spelled = [(p, r) for r in normal_roots for p in _spellings(r)]
+    prefixes = tuple(p for p, _ in spelled)
+    raw_roots = [str(r) for r in normal_roots]
+    real_roots = [_real(r) for r in normal_roots] if resolve_links else []
+    folders: dict[str, bool] = {}
+    for path in paths:
+        plain, folder = _plain_folder(path, prefixes, spelled)
+        if not plain:
+            if not within_any(path, raw_roots):
+                return path
+            location = normal_location(path)
+            if location.bucket is None:
+                folder = os.path.dirname(location.path)
+        if not resolve_links or folder is None:
+            continue
+        inside = folders.get(folder)
+        if inside is None:
+            real = _real(Location("file", None, folder))
+            inside = folders[folder] = any(r.contains(real) for r in real_roots)
+        if not inside:
+            return path
+    return None
+
+
+def _plain_folder(
+    path: str, prefixes: tuple[str, ...], spelled: list[tuple[str, Location]]
+) -> tuple[bool, str | None]:
+    """Whether a path is spelled plainly under a root (the text alone decides), and then
+    its local folder (None for object stores, which have no links)."""
+    if not path.startswith(prefixes):
+        return False, None
+    for prefix, root in spelled:
+        if path.startswith(prefix):
+            rest = path[len(prefix) :]
+            if not _plainly_below(rest):
+                return False, None
+            if root.bucket is not None:
+                return True, None
+            below = rest.rpartition("/")[0]
+            return True, f"{root.path.rstrip('/')}/{below}".rstrip("/") or "/"
+    return False, None
+
+
 def resolve_table_path(table_location: str, value: str) -> str:
     """A location-bearing property's value as a location: absolute values as given, relative
     ones under the table location (as Iceberg resolves ``write.metadata.path``)."""

@@ -21,10 +21,12 @@ from hypothesis_budget import examples
 from icefloe.errors import ValidationError
 from icefloe.locations import (
     LocationError,
+    first_outside,
     normal_location,
     resolve_table_path,
     table_locations,
     within,
+    within_any,
 )
 
 PLAIN = st.text(
@@ -132,3 +134,38 @@ def test_symbolic_links_leading_out_are_not_within(tmp_path: Path) -> None:
     assert not within(str(link / "link" / "t"), str(link), resolve_links=True)
     assert not within(str(warehouse / "t"), str(link), resolve_links=True)
     assert os.path.realpath(escaping).startswith(str(outside))
+
+
+SPELLED = st.sampled_from(
+    ["/wh", "file:/wh", "file:///wh", "file://localhost/wh", "s3://b/wh", "s3a://b/wh", "s3://c/wh"]
+)
+
+
+@settings(max_examples=examples(300))
+@given(
+    st.lists(
+        st.tuples(SPELLED, st.lists(st.one_of(PLAIN, HOSTILE, st.just("")), max_size=5)),
+        max_size=6,
+    ),
+    st.lists(st.sampled_from(["/wh", "file:///wh/", "s3n://b/wh", "s3://b", "/"]), max_size=3),
+)
+def test_first_outside_decides_as_within_does(
+    spelled: list[tuple[str, list[str]]], roots: list[str]
+) -> None:
+    """The batch check (text first, the exact rule where text cannot decide) finds exactly
+    the first path the exact rule refuses."""
+    paths = [base + "/" + "/".join(steps) for base, steps in spelled]
+    expected = next((p for p in paths if not within_any(p, roots)), None)
+    assert first_outside(paths, roots) == expected
+
+
+def test_first_outside_resolves_links_once_per_folder(tmp_path: Path) -> None:
+    warehouse, outside = tmp_path / "wh", tmp_path / "outside"
+    (warehouse / "t" / "data").mkdir(parents=True)
+    outside.mkdir()
+    (warehouse / "t" / "linked").symlink_to(outside, target_is_directory=True)
+    good = [f"file://{warehouse}/t/data/f{i}.parquet" for i in range(1000)]
+    bad = f"{warehouse}/t/linked/f.parquet"
+    assert first_outside(good, [str(warehouse)], resolve_links=True) is None
+    assert first_outside([*good, bad], [str(warehouse)], resolve_links=True) == bad
+    assert first_outside([*good, bad], [str(warehouse)]) is None  # names only

@@ -33,12 +33,13 @@ from icefloe.errors import InvalidFileError, NotFoundError, ValidationError
 from icefloe.fileio import FileIO
 from icefloe.locations import (
     LOCATION_PROPERTIES,
+    first_outside,
     normal_location,
     resolve_table_path,
     table_locations,
     within_any,
 )
-from icefloe.manifest_reader import ManifestReader
+from icefloe.manifest_cache import ManifestCache
 from icefloe.metadata import TableMetadata
 from icefloe.planner.errors import ApiError
 
@@ -98,39 +99,40 @@ class LocationPolicy:
         return lambda path: within_any(path, (location,), resolve_links=True) and self.allows(path)
 
     async def check_commit(
-        self, io: FileIO, base: TableMetadata | None, new: TableMetadata, table: str
+        self,
+        io: FileIO,
+        manifests: ManifestCache,
+        base: TableMetadata | None,
+        new: TableMetadata,
+        table: str,
     ) -> None:
         """Refuse a commit's new metadata if it moves the table outside the allowed set or
-        adds files the table may not own (see the module docstring)."""
+        adds files the table may not own (see the module docstring). Manifests are read
+        through the planner's cache (decoded off the event loop, and warm for the next plan
+        of the table)."""
         roots = table_locations(new.location, new.properties)
         if base is None or roots != table_locations(base.location, base.properties):
             self.check_table(new.location, new.properties)
         if base is not None and new.location != base.location:
             await self.check_unused(io, new.location, "table location")
         known = set() if base is None else {s.snapshot_id for s in base.snapshots}
-        paths: list[tuple[str, str]] = []
         old_stats = set() if base is None else _statistics_paths(base)
-        paths.extend(("statistics file", p) for p in sorted(_statistics_paths(new) - old_stats))
-        added = [s for s in new.snapshots if s.snapshot_id not in known]
-        reader = ManifestReader(io, cache_bytes=0)
-        specs = new.specs()
-        for snapshot in added:
+        await self._owned(roots, "statistics file", sorted(_statistics_paths(new) - old_stats))
+        schema, specs = new.schema(), new.specs()
+        for snapshot in (s for s in new.snapshots if s.snapshot_id not in known):
             what = f"snapshot {snapshot.snapshot_id}"
+            # Each file is checked before it is read: the server reads nothing it should not.
             if snapshot.manifest_list is not None:
-                # Checked before it is read: the server reads no file it was not meant to.
-                await self._owned(roots, [(f"{what}'s manifest list", snapshot.manifest_list)])
+                await self._owned(roots, f"{what}'s manifest list", [snapshot.manifest_list])
             else:
-                listed = snapshot.manifests or ()
-                await self._owned(roots, [(f"{what}'s manifest", m) for m in listed])
+                await self._owned(roots, f"{what}'s manifest", list(snapshot.manifests or ()))
             try:
-                manifests = await reader.manifests(snapshot)
-                await self._owned(
-                    roots, [(f"{what}'s manifest", m.manifest_path) for m in manifests]
-                )
-                for manifest in manifests:
-                    if manifest.added_snapshot_id == snapshot.snapshot_id:
-                        entries = await reader.entries(manifest, specs)
-                        paths.extend((f"{what}'s file", e.data_file.file_path) for e in entries)
+                listed = await manifests.manifest_list(snapshot)
+                await self._owned(roots, f"{what}'s manifest", [m.manifest_path for m in listed])
+                added = [m for m in listed if m.added_snapshot_id == snapshot.snapshot_id]
+                for cached in await manifests.manifests(added, specs, schema):
+                    files = cached.column("file_path").to_pylist()
+                    await self._owned(roots, f"{what}'s data or delete file", files)
             except (NotFoundError, InvalidFileError, ValidationError) as e:
                 log.warning("table %s: %s's manifests are unreadable: %s", table, what, e)
                 raise ApiError(
@@ -139,23 +141,16 @@ class LocationPolicy:
                     f"table {table}: {what}'s manifest list or manifests are missing or "
                     "invalid; write them before committing the snapshot",
                 ) from None
-        await self._owned(roots, paths)
 
-    async def _owned(self, roots: list[str], paths: list[tuple[str, str]]) -> None:
+    async def _owned(self, roots: list[str], what: str, paths: list[str]) -> None:
+        """403 unless every path lies under one of the table's ``roots`` (links followed)."""
         if not paths:
             return
-        # Links are followed (a file-system call per path): off the event loop.
-        refused = await asyncio.to_thread(
-            lambda: next(
-                ((what, p) for what, p in paths if not within_any(p, roots, resolve_links=True)),
-                None,
-            )
-        )
-        if refused is not None:
-            what, path = refused
+        outside = await asyncio.to_thread(first_outside, paths, roots, resolve_links=True)
+        if outside is not None:
             raise _forbidden(
-                f"{what} {path[:200]!r} is outside the table's own directories; a commit may "
-                "only add files under the table location (or its write.*.path properties)"
+                f"{what} {outside[:200]!r} is outside the table's own directories; a commit "
+                "may only add files under the table location (or its write.*.path properties)"
             )
 
 

@@ -67,6 +67,7 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.maintenance import purge_table_files
+from icefloe.manifest_cache import ManifestCache
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import new_table_metadata
 from icefloe.model import describe_problems
@@ -104,6 +105,9 @@ class PlannerService(Protocol):
 
     @property
     def refresher(self) -> TableRefresher: ...
+
+    @property
+    def cache(self) -> ManifestCache: ...
 
     @property
     def registry(self) -> CollectorRegistry: ...
@@ -612,7 +616,7 @@ class WriteRoutes:
         """The new metadata of a commit obeys the location policy (before the swap)."""
         base = change.base.metadata if change.base is not None else None
         await self.locations.check_commit(
-            self.catalog.io, base, change.new_metadata, str(change.identifier)
+            self.catalog.io, self.service.cache, base, change.new_metadata, str(change.identifier)
         )
 
     async def _run(self, commits: list[TableCommit]) -> list[CommitOutcome]:
