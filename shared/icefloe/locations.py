@@ -166,42 +166,49 @@ def _plainly_below(rest: str) -> bool:
     )
 
 
+class Roots:
+    """A set of roots asked about many locations: ``roots(path)`` is ``within_any(path,
+    roots)``, made for thousands of paths (a commit's data files, a purge): a path spelled
+    plainly under a root is decided by its text, the exact rule decides the rest, and
+    symbolic links (``resolve_links``) are resolved once per folder, not once per file (a
+    link in place of a file is not followed: deleting it removes the link, and reading it
+    is the writer's own business)."""
+
+    def __init__(self, roots: Iterable[str], *, resolve_links: bool = False) -> None:
+        normal = []
+        for root in roots:
+            try:
+                normal.append(normal_location(root))
+            except ValidationError:
+                continue
+        self._spelled = [(p, r) for r in normal for p in _spellings(r)]
+        self._prefixes = tuple(p for p, _ in self._spelled)
+        self._raw = [str(r) for r in normal]
+        self._real = [_real(r) for r in normal] if resolve_links else None
+        self._folders: dict[str, bool] = {}
+
+    def __call__(self, path: str) -> bool:
+        plain, folder = _plain_folder(path, self._prefixes, self._spelled)
+        if not plain:
+            if not within_any(path, self._raw):
+                return False
+            location = normal_location(path)
+            folder = os.path.dirname(location.path) if location.bucket is None else None
+        if self._real is None or folder is None:
+            return True
+        inside = self._folders.get(folder)
+        if inside is None:
+            real = _real(Location("file", None, folder))
+            inside = self._folders[folder] = any(r.contains(real) for r in self._real)
+        return inside
+
+
 def first_outside(
     paths: Iterable[str], roots: Iterable[str], *, resolve_links: bool = False
 ) -> str | None:
-    """The first of ``paths`` that is not within any of ``roots`` (see :func:`within`), or
-    None. Made for thousands of paths (a commit's data files): a path spelled plainly under
-    a root is accepted by its text, the exact rule decides the rest, and symbolic links are
-    resolved once per folder, not once per file (a link in place of a file is not followed:
-    deleting it removes the link, reading it is the writer's own business)."""
-    normal_roots = []
-    for root in roots:
-        try:
-            normal_roots.append(normal_location(root))
-        except ValidationError:
-            continue
-    spelled = [(p, r) for r in normal_roots for p in _spellings(r)]
-    prefixes = tuple(p for p, _ in spelled)
-    raw_roots = [str(r) for r in normal_roots]
-    real_roots = [_real(r) for r in normal_roots] if resolve_links else []
-    folders: dict[str, bool] = {}
-    for path in paths:
-        plain, folder = _plain_folder(path, prefixes, spelled)
-        if not plain:
-            if not within_any(path, raw_roots):
-                return path
-            location = normal_location(path)
-            if location.bucket is None:
-                folder = os.path.dirname(location.path)
-        if not resolve_links or folder is None:
-            continue
-        inside = folders.get(folder)
-        if inside is None:
-            real = _real(Location("file", None, folder))
-            inside = folders[folder] = any(r.contains(real) for r in real_roots)
-        if not inside:
-            return path
-    return None
+    """The first of ``paths`` not within any of ``roots`` (see :class:`Roots`), or None."""
+    inside = Roots(roots, resolve_links=resolve_links)
+    return next((p for p in paths if not inside(p)), None)
 
 
 def _plain_folder(

@@ -33,6 +33,7 @@ from icefloe.errors import InvalidFileError, NotFoundError, ValidationError
 from icefloe.fileio import FileIO
 from icefloe.locations import (
     LOCATION_PROPERTIES,
+    Roots,
     first_outside,
     normal_location,
     resolve_table_path,
@@ -63,6 +64,12 @@ class LocationPolicy:
         if not self.prefixes:
             return True
         return within_any(location, self.prefixes, resolve_links=True)
+
+    def _allowed(self) -> Callable[[str], bool]:
+        """:meth:`allows` for many paths (links resolved once per folder)."""
+        if not self.prefixes:
+            return lambda _: True
+        return Roots(self.prefixes, resolve_links=True)
 
     def check(self, location: str, what: str) -> None:
         """403 for a location without a normal form or outside the allowed set."""
@@ -95,8 +102,8 @@ class LocationPolicy:
 
     def purgeable(self, metadata: TableMetadata) -> Callable[[str], bool]:
         """What a purge of the table may delete: files under its own location, allowed."""
-        location = metadata.location
-        return lambda path: within_any(path, (location,), resolve_links=True) and self.allows(path)
+        own, allowed = Roots([metadata.location], resolve_links=True), self._allowed()
+        return lambda path: own(path) and allowed(path)
 
     async def check_commit(
         self,
