@@ -27,6 +27,7 @@ from yarl import URL
 from hypothesis_budget import examples
 from icefloe.catalog import Catalog, TableIdentifier
 from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog_uri import load_catalog
 from icefloe.datafile import DataFile
 from icefloe.fileio import LocalFileIO
 from icefloe.locations import LOCATION_PROPERTIES
@@ -225,6 +226,44 @@ async def test_a_commit_cannot_adopt_another_tables_files_and_purge_cannot_delet
     assert not any(p.is_file() for p in t4_location.rglob("*"))
     reloaded = await served.catalog.load_table("db.victim")
     assert reloaded.metadata_location == victim.metadata_location
+
+
+@pytest.mark.integration
+async def test_no_table_is_created_at_another_tables_location(
+    redis_server: str, tmp_path: Path
+) -> None:
+    """On a metastore catalog (Redis) a table may live anywhere allowed, so a writer could
+    create a table at another's location and purge it: a custom location must be unused."""
+    warehouse = tmp_path / "wh"
+    catalog = load_catalog(f"{redis_server}?warehouse={warehouse}&prefix=s{uuid.uuid4().hex[:8]}")
+    config = PlannerConfig(catalog=f"file://{warehouse}", host="127.0.0.1", port=0)
+    service = PlannerService(config, catalog, rest=RestCatalogSettings())
+    client: Client = TestClient(TestServer(service.app()))
+    await client.start_server()
+    try:
+        served = Served(client, service, warehouse)
+        await client.post("/v1/namespaces", json={"namespace": ["db"]})
+        victim_files = await victim_with_files(served)
+        victim = await catalog.load_table("db.victim")
+        for location in (victim.location, victim.location + "/data"):
+            body = {"name": "t5", "schema": SCHEMA, "location": location}
+            response = await client.post("/v1/namespaces/db/tables", json=body)
+            assert "already holds files" in await expect(response, 403, "ForbiddenException")
+        own = f"{warehouse}/custom/t6"
+        await create_table(client, "t6", location=own)
+        move = {"action": "set-location", "location": victim.location}
+        response = await client.post(
+            "/v1/namespaces/db/tables/t6", json={"requirements": [], "updates": [move]}
+        )
+        await expect(response, 403, "ForbiddenException")
+        response = await client.delete(
+            "/v1/namespaces/db/tables/t6", params={"purgeRequested": "true"}
+        )
+        await expect(response, 204)
+        assert all(p.read_bytes() == b"victim data %d" % i for i, p in enumerate(victim_files))
+    finally:
+        await client.close()
+        await catalog.close()
 
 
 async def test_every_location_bearing_property_obeys_the_allowed_locations(
