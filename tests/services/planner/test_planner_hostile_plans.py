@@ -12,19 +12,15 @@ plans are in flight, and every probe must be answered 200.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from planner_process import planner_process
 
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.dev.bench_planner import generate
-from icefloe.dev.bench_planner_service import wait_healthy
-from icefloe.dev.local_stack import free_port
 from icefloe.expression_json import parse_expression
 from icefloe.fileio import LocalFileIO
 from icefloe.manifest_cache import ManifestCache
@@ -62,11 +58,15 @@ class HealthProbe(threading.Thread):
         async def poll() -> None:
             async with aiohttp.ClientSession() as session:
                 while not self.stop.is_set():
-                    async with session.get(self.url + "/healthz") as response:
-                        await response.read()
-                        self.statuses.append(response.status)
-                        if self.in_flight.is_set():
-                            self.during.append(response.status)
+                    try:
+                        async with session.get(self.url + "/healthz") as response:
+                            await response.read()
+                            status = response.status
+                    except aiohttp.ClientError:
+                        status = -1  # not answered: fails the test
+                    self.statuses.append(status)
+                    if self.in_flight.is_set():
+                        self.during.append(status)
                     await asyncio.sleep(0.02)
 
         asyncio.run(poll())
@@ -104,38 +104,26 @@ async def test_healthz_is_answered_while_hostile_plans_run_and_they_are_right(
     finally:
         await catalog.close()
     assert len(expected[1]) == FILES  # the chain selects everything; the list nothing or some
-    port = free_port()
-    env = {
-        **os.environ,
-        "ICEFLOE_PLANNER_CATALOG": f"file://{warehouse}",
-        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
-        "ICEFLOE_PLANNER_PORT": str(port),
-        "ICEFLOE_PLANNER_PLAN_SECRET": "hostile plans test secret, 16 bytes or more",
-        "ICEFLOE_PLANNER_ACCESS_LOG": "false",
-        "ICEFLOE_PLANNER_TASKS_PER_PAGE": "50",
+    settings = {
+        "plan_secret": "hostile plans test secret, 16 bytes or more",
+        "access_log": "false",
+        "tasks_per_page": "50",
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "icefloe.cli", "planner", env=env
-    )
-    url = f"http://127.0.0.1:{port}"
-    probe = HealthProbe(url)
-    try:
-        async with aiohttp.ClientSession() as session:
-            await wait_healthy(session, url, attempts=600)
-            probe.start()
+    async with (
+        aiohttp.ClientSession() as session,
+        planner_process(warehouse, session, **settings) as (url, _),
+    ):
+        probe = HealthProbe(url)
+        probe.start()
+        try:
             probe.in_flight.set()
             bodies = [{"filter": filters[i % 2]} for i in range(4)]
             results = await asyncio.gather(*(_plan_paths(session, url, b) for b in bodies))
             probe.in_flight.clear()
-            for body, paths in zip(bodies, results, strict=True):
-                assert paths == expected[filters.index(body["filter"])]
-            async with session.get(url + "/healthz") as response:
-                assert response.status == 200
-    finally:
-        probe.stop.set()
-        if probe.is_alive():
-            probe.join()
-        process.send_signal(signal.SIGTERM)
-        assert await process.wait() == 0
+        finally:
+            probe.stop.set()
+            await asyncio.to_thread(probe.join)
+        for body, paths in zip(bodies, results, strict=True):
+            assert paths == expected[filters.index(body["filter"])]
     assert probe.during, "no /healthz probe was answered while the hostile plans ran"
     assert set(probe.statuses) == {200}
