@@ -81,7 +81,7 @@ FULL: dict[str, Any] = {
     "planner": {
         "port": 9181,
         "prefix": "prod",
-        "token": {"existingSecret": "planner-token"},
+        "token": {"existingSecret": "planner-token", "scope": "write"},
         "service": {"port": 80},
         "ingress": {
             "enabled": True,
@@ -335,7 +335,7 @@ def test_minimal_environment_loads_into_the_settings(tmp_path: Path) -> None:
     assert planner.results_topic == coordinator.results_topic
     assert planner.port == 8181
     assert (planner.log_level, planner.log_format) == ("INFO", "json")
-    assert planner.token is None
+    assert planner.token is None and planner.token_scope is None
     assert planner.cache_max_bytes == 512 << 20
 
 
@@ -369,6 +369,7 @@ def test_full_environment_loads_into_the_settings(tmp_path: Path) -> None:
     assert planner.prefix == "prod"
     assert planner.token is not None
     assert planner.token.get_secret_value() == "secret:planner-token/token"
+    assert planner.token_scope == "write"
     assert planner.effective_security_protocol == "SASL_SSL"
     assert planner.tls_certfile == "/etc/icefloe/kafka-tls/tls.crt"
     assert planner.tls_key_password is not None, "the planner decrypts the client key too"

@@ -26,6 +26,7 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.fileio import FileIO
+from icefloe.locations import resolve_table_path
 from icefloe.metadata import TableMetadata, parse_table_metadata
 from icefloe.snapshot import Snapshot
 
@@ -121,25 +122,13 @@ def metadata_version(location: str | None) -> int:
 
 
 def metadata_dir(metadata: TableMetadata) -> str:
-    custom = metadata.properties.get(METADATA_PATH)
-    if custom:
-        return (
-            custom.rstrip("/")
-            if "://" in custom or custom.startswith("/")
-            else (f"{metadata.location.rstrip('/')}/{custom.strip('/')}")
-        )
-    return f"{metadata.location.rstrip('/')}/metadata"
+    return resolve_table_path(
+        metadata.location, metadata.properties.get(METADATA_PATH) or "metadata"
+    )
 
 
 def data_dir(metadata: TableMetadata) -> str:
-    custom = metadata.properties.get(DATA_PATH)
-    if custom:
-        return (
-            custom.rstrip("/")
-            if "://" in custom or custom.startswith("/")
-            else (f"{metadata.location.rstrip('/')}/{custom.strip('/')}")
-        )
-    return f"{metadata.location.rstrip('/')}/data"
+    return resolve_table_path(metadata.location, metadata.properties.get(DATA_PATH) or "data")
 
 
 def new_metastore_metadata_location(metadata: TableMetadata, base_location: str | None) -> str:

@@ -231,6 +231,14 @@ class FileIO(ABC):
         rule of Java's HadoopCatalog).
         """
 
+    async def make_dirs(self, prefix: str) -> None:  # noqa: B027 - no folders
+        """Make the folder ``prefix`` (and its parents) exist.
+
+        Object stores have no folders, so this does nothing there; on a local disk, engines
+        that write their first file into a table's folder (DuckDB writes a staged table's
+        first manifest into ``metadata/``) expect the folder to be there.
+        """
+
     async def close(self) -> None:  # noqa: B027 - optional hook, most IOs hold nothing
         """Release clients and connections. The IO must not be used afterwards."""
 
@@ -444,6 +452,10 @@ def _local_remove_empty_dirs(directory: str) -> None:
             os.rmdir(dirpath)
 
 
+def _local_make_dirs(directory: str) -> None:
+    os.makedirs(directory, exist_ok=True)
+
+
 def _local_walk(directory: str) -> list[tuple[str, int, int]]:
     """(relative path with ``/`` separators, size, mtime ms) for every file below a dir."""
     found: list[tuple[str, int, int]] = []
@@ -522,6 +534,9 @@ class LocalFileIO(FileIO):
 
     async def remove_empty_dirs(self, prefix: str) -> None:
         await self._run(prefix, "remove empty folders", _local_remove_empty_dirs)
+
+    async def make_dirs(self, prefix: str) -> None:
+        await self._run(prefix, "make folders", _local_make_dirs)
 
 
 # --------------------------------------------------------------------------------------
@@ -943,6 +958,9 @@ class RoutingFileIO(FileIO):
 
     async def remove_empty_dirs(self, prefix: str) -> None:
         await self._io(prefix).remove_empty_dirs(prefix)
+
+    async def make_dirs(self, prefix: str) -> None:
+        await self._io(prefix).make_dirs(prefix)
 
     async def close(self) -> None:
         ios, self._ios = builtins.list(self._ios.values()), {}

@@ -12,6 +12,7 @@ only if no retained snapshot can still reach them, so a crash mid-way leaves orp
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -310,7 +311,11 @@ async def purge_table_files(table: Table, within: Callable[[str], bool] | None =
         paths = set()  # unreadable metadata: fall back to the location listing
     async for info in table.io.list(table.location):
         paths.add(info.path)
-    refused = sorted(p for p in paths if within is not None and not within(p))
+    refused: list[str] = []
+    if within is not None:
+        # ``within`` may ask the file system (symbolic links): off the event loop.
+        candidates = sorted(paths)
+        refused = await asyncio.to_thread(lambda: [p for p in candidates if not within(p)])
     for path in paths.difference(refused):
         await table.io.delete(path)
     if not refused:

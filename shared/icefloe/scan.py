@@ -487,10 +487,13 @@ async def plan_scan(
         raise ValidationError(f"plan_scan takes a request or keywords, not both: {sorted(options)}")
     target = _resolve(metadata, request)
     schema = target.schema
+    # A big filter (a client's hundred-thousand-value IN list, an 800-deep AND chain) costs
+    # seconds to bind, project and test: with it, every step runs off the event loop.
+    heavy = offload and request.row_filter is not None and not _small(request.row_filter)
     key = _CompiledCache.key(metadata, schema, request)
     compiled = None if key is None else _COMPILED.get(key)
     if compiled is None:
-        if offload and request.row_filter is not None and not _small(request.row_filter):
+        if heavy:
             # Binding a filter of a hundred thousand literals takes a while: off the loop.
             prepared = await asyncio.to_thread(_prepare, schema, request)
         else:
@@ -526,7 +529,7 @@ async def plan_scan(
     range_ids = frozenset(s.snapshot_id for s in target.appends) if request.incremental else None
     candidates = await _candidate_manifests(source, target, range_ids)
     metrics.manifests = len(candidates)
-    if offload and len(candidates) > OFFLOAD_MANIFESTS:
+    if heavy or (offload and len(candidates) > OFFLOAD_MANIFESTS):
         data, delete = await asyncio.to_thread(_split_manifests, candidates, projections, metrics)
     else:
         data, delete = _split_manifests(candidates, projections, metrics)
@@ -539,7 +542,7 @@ async def plan_scan(
         return plan(segments)
 
     rows = sum(m.num_rows for m in loaded_data) + sum(m.num_rows for m in loaded_deletes)
-    if offload and rows > OFFLOAD_ROWS:
+    if heavy or (offload and rows > OFFLOAD_ROWS):
         return await asyncio.to_thread(prune)
     return prune()
 

@@ -18,7 +18,7 @@ first metadata from the updates alone and create the pointer if absent.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,8 +114,12 @@ async def commit_table_changes(
     commits: Sequence[TableCommit],
     policy: RetryPolicy = DEFAULT_POLICY,
     stats: CommitStats | None = None,
+    check: Callable[[TableChange], Awaitable[None]] | None = None,
 ) -> list[CommitOutcome]:
     """Check, apply and swap every commit together (one table, or several atomically).
+
+    ``check`` sees each table's change before the swap (a REST catalog refuses files and
+    locations the table may not own there); whatever it raises is raised, nothing written.
 
     Raises NotFoundError for a missing table, ValidationError for updates that cannot apply,
     CommitFailedError when a requirement fails (now or after a lost swap, re-checked), and
@@ -143,6 +147,9 @@ async def commit_table_changes(
         pending = [
             ch for ch in changes if ch.base is None or ch.new_metadata is not ch.base.metadata
         ]
+        if check is not None:
+            for change in pending:
+                await check(change)
         try:
             committed = await catalog.commit_tables(pending) if pending else []
         except (CommitFailedError, AlreadyExistsError) as e:

@@ -276,6 +276,10 @@ readinessProbe:
       name: {{ . }}
       key: {{ $p.token.key }}
 {{- end }}
+{{- with $p.token.scope }}
+- name: ICEFLOE_PLANNER_TOKEN_SCOPE
+  value: {{ . | quote }}
+{{- end }}
 {{- with include "icefloe.awsSecretEnv" . | trim }}
 {{ . }}
 {{- end }}

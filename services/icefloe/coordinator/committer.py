@@ -88,7 +88,8 @@ from icefloe.errors import (
 from icefloe.evaluators import MetricsEvaluator, StrictMetricsEvaluator, compile_row_filter
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
 from icefloe.expressions import BooleanExpression
-from icefloe.fileio import FileInfo, FileIO, parse_location
+from icefloe.fileio import FileInfo, FileIO
+from icefloe.locations import within_any
 from icefloe.manifest import ManifestEntryStatus
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
@@ -306,23 +307,6 @@ class History:
 # -- checks on events --------------------------------------------------------------------
 
 
-def _canonical(location: str) -> tuple[str, str | None, str]:
-    scheme, bucket, path = parse_location(location)
-    if scheme in ("s3a", "s3n"):
-        scheme = "s3"
-    return scheme, bucket, path
-
-
-def _within(path: str, root: str) -> bool:
-    try:
-        p_scheme, p_bucket, p_path = _canonical(path)
-        r_scheme, r_bucket, r_path = _canonical(root)
-    except ValidationError:
-        return False
-    prefix = r_path.rstrip("/") + "/"
-    return p_scheme == r_scheme and p_bucket == r_bucket and p_path.startswith(prefix)
-
-
 def check_path(metadata: TableMetadata, path: str, table: str) -> None:
     """Refuse paths with ``..`` segments or outside the table's location (or data path)."""
     segments = path.split("/")
@@ -331,7 +315,7 @@ def check_path(metadata: TableMetadata, path: str, table: str) -> None:
             "bad-path", f"file {path!r} of table {table} has a '.' or '..' path segment"
         )
     roots = {metadata.location, data_dir(metadata)}
-    if not any(_within(path, root) for root in roots):
+    if not within_any(path, roots):
         raise EventRejectedError(
             "bad-path",
             f"file {path!r} is outside the location of table {table} "

@@ -21,25 +21,32 @@ trimmed to what is implemented (served at ``/openapi.yaml``):
   name) and ``as-of-timestamp-ms`` (the snapshot current at that time, from the log);
 * ``/healthz``, ``/readyz`` and Prometheus ``/metrics``.
 
-Errors use the spec's error model (``{"error": {"message", "type", "code"}}``): 400 for
-malformed requests, names over 255 bytes and filters naming unknown columns, 404 for unknown
-namespaces, tables, snapshots, plans and plan tasks (forged or malformed tokens included),
-406 for unsupported operations, 413 for bodies over ``max_request_bytes``, 401/403 for a
-missing or wrong bearer token when one is configured; storage failures are 503 without the
-server's paths (those go to the log). Every request is logged as one JSON line on the
-``icefloe.access`` logger. Bad input never produces a 500: everything a client sends is validated before
-it reaches planning, and planning itself reports bad input with typed exceptions.
+Errors use the spec's error model (``{"error": {"message", "type", "code"}}``), in the types
+the REST spec gives each operation: 400 for malformed requests, names over 255 bytes and
+filters naming unknown columns, 404 for unknown namespaces, tables, snapshots, plans and plan
+tasks (forged or malformed tokens included; loadTable and tableExists answer
+``NoSuchTableException`` also when the namespace is unknown, as the spec says and as Spark's
+metadata tables need: ``ns.t.files`` is first looked up as table ``files`` in namespace
+``ns.t``), 406 for unsupported operations, 413 for bodies over ``max_request_bytes`` (refused
+before they are read when they announce their length), 401 for a missing or unknown bearer
+token and 403 for a read token on a write route (:mod:`icefloe.planner.auth`); storage
+failures are 503. No message names the server's warehouse (it reads ``<warehouse>``; the log
+has the paths). Every request, refused or not, is logged as one JSON line on the
+``icefloe.access`` logger, and every refused or failed write also on the ``icefloe.audit``
+logger. Bad input never produces a 500: everything a client sends is validated before it
+reaches planning, and planning itself reports bad input with typed exceptions.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import hashlib
-import hmac
 import json
 import logging
+import os
 import signal
 import sys
 import time
@@ -62,10 +69,19 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.expression_json import parse_expression
+from icefloe.fileio import parse_location
 from icefloe.manifest_cache import ManifestCache
 from icefloe.manifest_store import ManifestStore
 from icefloe.metadata import TableMetadata
 from icefloe.model import describe_problems
+from icefloe.planner.auth import (
+    TokenAuthority,
+    audit,
+    auth_middleware,
+    planner_token_principals,
+    principal_of,
+    write_operation,
+)
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError, error_response
 from icefloe.planner.memory import use_arrow_allocator
@@ -291,6 +307,7 @@ class PlannerService:
 
             catalog = load_catalog(config.catalog)
         self.catalog = catalog
+        self._private_roots = _private_roots([catalog.properties.get("warehouse", "")])
         self.clock = clock
         store = (
             ManifestStore(config.cache_dir, config.cache_disk_max_bytes)
@@ -437,8 +454,19 @@ class PlannerService:
     # -- routing --------------------------------------------------------------------------
 
     def app(self) -> web.Application:
+        rest = self.rest_settings or RestCatalogSettings.load()
+        self._private_roots = _private_roots(
+            [self.catalog.properties.get("warehouse", ""), *rest.allowed_location_list()]
+        )
+        token = self.config.token.get_secret_value() if self.config.token is not None else None
+        authority = TokenAuthority(
+            rest, extra=planner_token_principals(token, self.config.token_scope, rest)
+        )
+        # The token check runs inside the request middleware, so refused requests are
+        # answered, counted, access-logged and (writes) audited like every other.
         app = web.Application(
-            middlewares=[self._middleware], client_max_size=self.config.max_request_bytes
+            middlewares=[self._middleware, auth_middleware(authority)],
+            client_max_size=self.config.max_request_bytes,
         )
         base = f"/v1/{self.config.prefix}/" if self.config.prefix else "/v1/"
         ns = base + "namespaces/{namespace}"
@@ -457,7 +485,7 @@ class PlannerService:
         r.add_post(table + "/tasks", self._fetch_tasks)
         from icefloe.planner.write_routes import register_write_routes
 
-        self.write_endpoints = register_write_routes(app, self, self.rest_settings)
+        self.write_endpoints = register_write_routes(app, self, rest, authority)
         r.add_get("/openapi.yaml", self._openapi_document, allow_head=False)
         r.add_get("/openapi.json", self._openapi_document, allow_head=False)
         health = ServiceHttp(self.registry, ready=lambda: self.ready)
@@ -472,9 +500,14 @@ class PlannerService:
         resource = request.match_info.route.resource
         route = resource.canonical if resource is not None else "unmatched"
         head = request.method == "HEAD"
+        error: ApiError | None = None
         try:
-            if request.path.startswith("/v1/"):
-                self._authorize(request)
+            if (request.content_length or 0) > self.config.max_request_bytes:
+                # Refused before a byte of it is read.
+                raise web.HTTPRequestEntityTooLarge(
+                    max_size=self.config.max_request_bytes,
+                    actual_size=request.content_length or 0,
+                )
             if request.body_exists:
                 # Bodies waiting for admission are bounded too (see icefloe.runtime.byte_budget).
                 size = request.content_length or self.config.max_request_bytes
@@ -483,40 +516,44 @@ class PlannerService:
             else:
                 response = await handler(request)
         except ApiError as e:
-            response = error_response(e.code, e.error_type, e.message, head=head)
+            error = e
         except web.HTTPException as e:
-            response = self._http_error(request, e, head)
+            error = self._http_error(request, e)
         except ValidationError as e:
-            response = error_response(400, "BadRequestException", str(e), head=head)
+            error = ApiError(400, "BadRequestException", str(e))
         except NotFoundError as e:
-            response = error_response(404, "NotFoundException", str(e), head=head)
+            error = ApiError(404, "NotFoundException", str(e))
         except InvalidFileError as e:
             # Logged in full; the client is not told the server's file locations.
             log.error("%s %s: %s", request.method, request.path, e)
-            response = error_response(
-                500,
-                "InvalidFileException",
-                "a table file is invalid; see the planner's log",
-                head=head,
+            error = ApiError(
+                500, "InvalidFileException", "a table file is invalid; see the planner's log"
             )
         except FileIOError as e:
             log.error("%s %s: storage failed: %s", request.method, request.path, e)
-            response = error_response(
+            error = ApiError(
                 503,
                 "ServiceUnavailableException",
                 "table storage is unavailable; retry later (details in the planner's log)",
-                head=head,
             )
         except IcefloeError as e:
             log.error("%s %s: %s", request.method, request.path, e)
-            response = error_response(
-                500, "InternalServerError", "internal error; see the planner's log", head=head
-            )
+            error = ApiError(500, "InternalServerError", "internal error; see the planner's log")
         except Exception:
             log.exception("%s %s failed", request.method, request.path)
-            response = error_response(
-                500, "InternalServerError", "internal error; see the planner's log", head=head
-            )
+            error = ApiError(500, "InternalServerError", "internal error; see the planner's log")
+        if error is not None:
+            message = self._redact(error.message)
+            response = error_response(error.code, error.error_type, message, head=head)
+            operation = write_operation(request)
+            if operation is not None:
+                audit(
+                    principal_of(request),
+                    operation,
+                    status=error.code,
+                    path=request.path[:256],
+                    error=f"{error.error_type}: {message}",
+                )
         elapsed = time.perf_counter() - started
         self._requests.labels(route, request.method, str(response.status)).inc()
         self._latency.labels(route).observe(elapsed)
@@ -524,36 +561,30 @@ class PlannerService:
             log_access(request, response.status, elapsed, response.content_length)
         return response
 
-    def _http_error(
-        self, request: web.Request, e: web.HTTPException, head: bool
-    ) -> web.StreamResponse:
+    def _redact(self, message: str) -> str:
+        """The message with the server's warehouse location replaced by ``<warehouse>``."""
+        for root in self._private_roots:
+            if root in message:
+                message = message.replace(root, "<warehouse>")
+        return message
+
+    def _http_error(self, request: web.Request, e: web.HTTPException) -> ApiError:
         if e.status == 405 and request.path.startswith("/v1/"):
-            return unsupported_operation(request, head=head)
+            return ApiError(
+                406,
+                "UnsupportedOperationException",
+                f"{request.method} {request.path[:200]} is not supported by this server; "
+                "GET /v1/config lists the supported endpoints",
+            )
         if e.status == 413:
-            return error_response(
+            return ApiError(
                 413,
                 "RequestEntityTooLargeException",
                 f"the request body exceeds {self.config.max_request_bytes} bytes "
-                "(ICEFLOE_PLANNER_MAX_REQUEST_BYTES); send a smaller filter",
-                head=head,
+                "(ICEFLOE_PLANNER_MAX_REQUEST_BYTES); send a smaller request",
             )
         kind = "NotFoundException" if e.status == 404 else "HttpException"
-        return error_response(e.status, kind, e.reason, head=head)
-
-    def _authorize(self, request: web.Request) -> None:
-        token = self.config.token
-        if token is None:
-            return
-        header = request.headers.get("Authorization", "")
-        scheme, _, given = header.partition(" ")
-        if not header:
-            raise ApiError(401, "NotAuthorizedException", "missing bearer token")
-        if scheme.lower() != "bearer" or not given:
-            raise ApiError(
-                401, "NotAuthorizedException", "expected 'Authorization: Bearer <token>'"
-            )
-        if not hmac.compare_digest(given.strip().encode(), token.get_secret_value().encode()):
-            raise ApiError(403, "ForbiddenException", "the bearer token is not valid here")
+        return ApiError(e.status, kind, e.reason)
 
     # -- config and documents -------------------------------------------------------------
 
@@ -632,20 +663,26 @@ class PlannerService:
 
     # -- tables ---------------------------------------------------------------------------
 
-    async def _table(self, ident: TableIdentifier) -> TableState:
+    async def _table(self, ident: TableIdentifier, *, tell_namespace: bool = True) -> TableState:
+        """The table's state; 404 ``NoSuchTableException``, or ``NoSuchNamespaceException``
+        where the operation's spec allows it (``tell_namespace``) and that is the reason."""
         try:
             return await self.refresher.get(ident)
         except NotFoundError:
-            if not await self.catalog.namespace_exists(ident.namespace):
+            exists = await self.catalog.namespace_exists(ident.namespace)
+            if not exists and tell_namespace:
                 raise self._no_namespace(ident.namespace) from None
-            raise ApiError(404, "NoSuchTableException", f"table {ident} does not exist") from None
+            reason = "" if exists else f" (namespace {ident.namespace_name!r} does not exist)"
+            raise ApiError(
+                404, "NoSuchTableException", f"table {ident} does not exist{reason}"
+            ) from None
 
     async def _load_table(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
         snapshots = request.query.get("snapshots", "all")
         if snapshots not in ("all", "refs"):
             raise _bad_request(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
-        state = await self._table(ident)
+        state = await self._table(ident, tell_namespace=False)
         etag = (
             '"'
             + hashlib.sha256(f"{state.metadata_location}|{snapshots}".encode()).hexdigest()[:32]
@@ -668,7 +705,7 @@ class PlannerService:
         return self._planning_mode_config()
 
     async def _table_exists(self, request: web.Request) -> web.Response:
-        await self._table(_table_identifier(request))
+        await self._table(_table_identifier(request), tell_namespace=False)
         return web.Response(status=204)
 
     # -- planning -------------------------------------------------------------------------
@@ -686,13 +723,16 @@ class PlannerService:
             req, row_filter = _parse_plan_request(raw)
         plan = await self._make_plan(ident, req, row_filter)
         snapshot_id = plan.snapshot.snapshot_id if plan.snapshot is not None else None
-        identity = self.tokens.issue(
+        issue = functools.partial(
+            self.tokens.issue,
             table=_table_key(ident),
             request=req.model_dump(by_alias=True, exclude_none=True),
             snapshot_id=snapshot_id,
             page_size=self.config.tasks_per_page,
             expires_at=self.wall_clock() + self.config.plan_ttl_ms / 1000.0,
         )
+        # A token embeds the request (JSON, compressed, signed): for a big one, off the loop.
+        identity = await asyncio.to_thread(issue) if len(raw) > OFFLOAD_BODY_BYTES else issue()
         stored = self.plans.add(
             ident, plan, identity.page_size, plan_id=identity.plan_id, key=identity.key
         )
@@ -737,7 +777,9 @@ class PlannerService:
                 stats_fields=req.stats_fields,
             )
         except NotFoundError as e:
-            raise ApiError(404, "NoSuchSnapshotException", str(e)) from None
+            raise ApiError(
+                404, "NoSuchSnapshotException", f"table {state.identifier}: {e}"
+            ) from None
         counts = plan.metrics.data_files
         self._planned.labels("selected").inc(counts.selected)
         self._planned.labels("pruned-by-partition").inc(counts.by_partition)
@@ -895,6 +937,22 @@ class PlannerService:
         return _json_bytes_response(body_out)
 
 
+def _private_roots(locations: Collection[str]) -> list[str]:
+    """The spellings of the server's warehouse (and allowed) locations that error messages
+    must not show, longest first (``file:///wh`` before ``/wh``)."""
+    roots: set[str] = set()
+    for location in locations:
+        roots.add(location.rstrip("/"))
+        try:
+            scheme, bucket, path = parse_location(location)
+        except ValidationError:
+            continue
+        local = path.rstrip("/")
+        if scheme == "file" and bucket is None and local:
+            roots |= {local, os.path.realpath(local), f"file://{local}"}
+    return sorted((r for r in roots if len(r) > 1), key=len, reverse=True)
+
+
 def _table_key(ident: TableIdentifier) -> str:
     return NAMESPACE_SEPARATOR.join((*ident.namespace, ident.name))
 
@@ -935,18 +993,6 @@ def _parse_plan_request(raw: bytes) -> tuple[PlanRequest, Any]:
 def _json_bytes_response(body: bytes) -> web.Response:
     # Released once written: an idle keep-alive connection would hold its last page.
     return json_bytes_response(body)
-
-
-def unsupported_operation(request: web.Request, *, head: bool = False) -> web.Response:
-    """406 UnsupportedOperationException for an operation this server does not implement
-    (the REST spec's answer, rather than 405). Modules adding routes may use it too."""
-    return error_response(
-        406,
-        "UnsupportedOperationException",
-        f"{request.method} {request.path[:200]} is not supported by this server; "
-        "GET /v1/config lists the supported endpoints",
-        head=head,
-    )
 
 
 def advertised_endpoints(
@@ -1012,7 +1058,6 @@ async def serve(
     config: PlannerConfig, *, reuse_port: bool = False, parent_pid: int | None = None
 ) -> None:
     """Run until SIGINT or SIGTERM (or, for a worker, until its supervisor is gone)."""
-    import os
 
     use_arrow_allocator(config.arrow_allocator)
     service = PlannerService(config)
@@ -1058,7 +1103,6 @@ def serve_workers(config: PlannerConfig, overrides: dict[str, Any]) -> int:
     shared plan secret (a random one for this host when none is configured).
     """
     import multiprocessing
-    import os
     import secrets as _secrets
 
     if config.port == 0:

@@ -1,16 +1,22 @@
 """Who may read and who may write through the REST catalog, and the audit log of every write.
 
 Bearer tokens come from :class:`~icefloe.planner.write_config.RestCatalogSettings`: a read
-token opens every read route, a write token every route. Clients that only speak OAuth2
+token opens every read route, a write token every route. The planner's own
+``ICEFLOE_PLANNER_TOKEN`` is one more token, a read token unless the operator grants it
+writes with ``ICEFLOE_PLANNER_TOKEN_SCOPE=write`` (see :func:`planner_token_principals`):
+reading never implies writing unless the operator says so. Clients that only speak OAuth2
 (DuckDB's Iceberg secret, Java's ``credential``) exchange ``client_id``/``client_secret``
 for a token at ``POST /v1/oauth/tokens`` (client-credentials grant): the client id is the
 principal's name, the secret its configured token, and the access token issued is a random
 string valid for ``oauth_token_ttl_s``. Issued tokens live in this process only: behind
 several planner replicas, clients should send their configured token directly.
 
-Every write request, whatever its outcome, produces one JSON line on the ``icefloe.audit``
-logger: who, what operation, on which namespace or table, the HTTP status, and for commits
-the snapshot and metadata file before and after.
+Every write request, whatever its outcome (refused by the token check, too large, invalid,
+failed or done), produces one JSON line on the ``icefloe.audit`` logger: who, what operation,
+on which namespace or table, the HTTP status, and for commits the snapshot and metadata file
+before and after. Write routes are the routes named ``write.<operationId>``
+(:func:`write_operation`); the planner's request middleware writes the line of every refused
+one, the handlers that of every success.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from icefloe.planner.errors import ApiError
 from icefloe.planner.write_config import ANONYMOUS, Principal, RestCatalogSettings
 
 log = logging.getLogger(__name__)
@@ -37,24 +44,26 @@ audit_log = logging.getLogger("icefloe.audit")
 
 PRINCIPAL_KEY = web.RequestKey("icefloe.principal", Principal)
 OAUTH_PATH = "/v1/oauth/tokens"
+# Route names of the write routes: ``write.<operationId>``.
+WRITE_ROUTE_PREFIX = "write."
+# Who the audit log names for a request whose token was missing or not valid.
+UNAUTHENTICATED = Principal("unauthenticated", False)
+PLANNER_PRINCIPAL = "planner"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-
-def error_json(code: int, error_type: str, message: str, *, head: bool = False) -> web.Response:
-    """The REST spec's ``IcebergErrorResponse``; HEAD answers carry no body."""
-    if head:
-        return web.Response(status=code)
-    body = {"error": {"message": message, "type": error_type, "code": code}}
-    return web.json_response(body, status=code)
 
 
 class TokenAuthority:
     """Maps bearer tokens to principals; issues short-lived tokens for OAuth2 clients."""
 
     def __init__(
-        self, settings: RestCatalogSettings, clock: Callable[[], float] = time.monotonic
+        self,
+        settings: RestCatalogSettings,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        extra: Mapping[str, Principal] | None = None,
     ) -> None:
-        self.principals = settings.principals()
+        # ``extra``: tokens configured elsewhere (the planner's); the REST lists win.
+        self.principals = {**(extra or {}), **settings.principals()}
         self.ttl_s = settings.oauth_token_ttl_s
         self.clock = clock
         self._issued: dict[str, tuple[Principal, float]] = {}
@@ -81,20 +90,20 @@ class TokenAuthority:
             return None
         return self._configured(token)
 
-    def authenticate(self, header: str) -> Principal | web.Response:
-        """The principal a request's ``Authorization`` header names, or the 401 to answer."""
+    def authenticate(self, header: str) -> Principal:
+        """The principal a request's ``Authorization`` header names; ApiError 401 if none."""
         if not self.enabled:
             return ANONYMOUS
         scheme, _, given = header.partition(" ")
         if not header:
-            return error_json(401, "NotAuthorizedException", "missing bearer token")
+            raise ApiError(401, "NotAuthorizedException", "missing bearer token")
         if scheme.lower() != "bearer" or not given.strip():
-            return error_json(
+            raise ApiError(
                 401, "NotAuthorizedException", "expected 'Authorization: Bearer <token>'"
             )
         principal = self.principal_for(given.strip())
         if principal is None:
-            return error_json(
+            raise ApiError(
                 401, "NotAuthorizedException", "the bearer token is not valid (or has expired)"
             )
         return principal
@@ -113,30 +122,70 @@ class TokenAuthority:
         return token, principal
 
 
-def auth_middleware(
-    authority: TokenAuthority, is_write: Callable[[web.Request], bool]
-) -> Middleware:
-    """Authenticate ``/v1/`` requests and refuse writes to read-only principals (403)."""
+def write_operation(request: web.Request) -> str | None:
+    """The operationId of a write route (named ``write.<operationId>``); None for reads."""
+    name = request.match_info.route.name
+    if name is not None and name.startswith(WRITE_ROUTE_PREFIX):
+        return name[len(WRITE_ROUTE_PREFIX) :]
+    return None
+
+
+def auth_middleware(authority: TokenAuthority) -> Middleware:
+    """Authenticate ``/v1/`` requests and refuse writes to read-only principals.
+
+    Refusals are raised as :class:`ApiError` (401, 403), so the planner's request middleware,
+    outside this one, answers, access-logs and audits them like every other error."""
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not request.path.startswith("/v1/") or request.path == OAUTH_PATH:
             return await handler(request)
-        head = request.method == "HEAD"
-        outcome = authority.authenticate(request.headers.get("Authorization", ""))
-        if isinstance(outcome, web.Response):
-            return web.Response(status=outcome.status) if head else outcome
-        if is_write(request) and not outcome.can_write:
-            return error_json(
+        request[PRINCIPAL_KEY] = UNAUTHENTICATED  # who the audit names if this refuses
+        principal = authority.authenticate(request.headers.get("Authorization", ""))
+        request[PRINCIPAL_KEY] = principal
+        if write_operation(request) is not None and not principal.can_write:
+            raise ApiError(
                 403,
                 "ForbiddenException",
-                f"{outcome.name!r} holds a read-only token; writes need a write token",
-                head=head,
+                f"{principal.name!r} holds a read-only token; writes need a write token",
             )
-        request[PRINCIPAL_KEY] = outcome
         return await handler(request)
 
     return middleware
+
+
+def planner_token_principals(
+    token: str | None, scope: str | None, settings: RestCatalogSettings
+) -> dict[str, Principal]:
+    """``ICEFLOE_PLANNER_TOKEN`` as a principal: it reads, and writes only with
+    ``ICEFLOE_PLANNER_TOKEN_SCOPE=write``. Logs, at startup, what an operator upgrading
+    from the time it could write must know."""
+    if token is None:
+        if settings.writes and not settings.principals():
+            log.warning(
+                "no token is configured (ICEFLOE_PLANNER_TOKEN, ICEFLOE_REST_READ_TOKENS, "
+                "ICEFLOE_REST_WRITE_TOKENS): anyone who reaches this port may read and write "
+                "the catalog; set ICEFLOE_REST_WRITES=false or configure tokens"
+            )
+        return {}
+    can_write = scope == "write"
+    if can_write:
+        log.warning(
+            "ICEFLOE_PLANNER_TOKEN_SCOPE=write: the planner token may write the catalog; give "
+            "writers their own tokens in ICEFLOE_REST_WRITE_TOKENS and drop the scope"
+        )
+    elif (
+        scope is None
+        and settings.writes
+        and settings.write_tokens is None
+        and (settings.write_tokens_file is None)
+    ):
+        log.warning(
+            "ICEFLOE_PLANNER_TOKEN now grants reads only: write requests with it are refused "
+            "(403). Writers need a token in ICEFLOE_REST_WRITE_TOKENS, or set "
+            "ICEFLOE_PLANNER_TOKEN_SCOPE=write to keep the old behaviour (the token writes)"
+        )
+    return {token: Principal(PLANNER_PRINCIPAL, can_write)}
 
 
 def principal_of(request: web.Request) -> Principal:

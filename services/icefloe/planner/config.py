@@ -115,6 +115,13 @@ class PlannerConfig(BaseSettings, KafkaSettings):
         "", pattern=r"^[A-Za-z0-9._~-]*$", description="REST path prefix: /v1/{prefix}/..."
     )
     token: SecretStr | None = Field(None, description="bearer token clients must send")
+    token_scope: Literal["read", "write"] | None = Field(
+        None,
+        description="what the token grants: 'read' (unset: read, with a startup warning "
+        "when it was the only way to write) or 'write' (it may also write the catalog); "
+        "environment only, like the token (a --token-scope flag would also answer to --token)",
+        json_schema_extra={"flag": False},
+    )
     plan_secret: SecretStr | None = Field(
         None,
         description="HMAC key signing plan ids and plan-task tokens; the same on every "

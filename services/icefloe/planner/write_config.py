@@ -7,8 +7,9 @@ so they come from the environment or, better, from files a secret store mounts
 A token list is ``name=token`` entries separated by commas (environment) or lines (files;
 ``#`` starts a comment). The name is who the audit log says made a change; a bare token is
 named ``reader`` or ``writer``. Holders of a write token may also read; holders of a read
-token may only read. With no token configured at all, the REST catalog does not check
-tokens (the planner's own ``ICEFLOE_PLANNER_TOKEN``, if set, still guards every route).
+token may only read. The planner's own ``ICEFLOE_PLANNER_TOKEN`` is one more read token (a
+write token with ``ICEFLOE_PLANNER_TOKEN_SCOPE=write``). With no token configured at all,
+tokens are not checked (a warning at startup says so).
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ class RestCatalogSettings(BaseSettings):
     oauth_token_ttl_s: int = Field(
         3600, ge=60, description="lifetime of tokens issued by /v1/oauth/tokens"
     )
+
+    def allowed_location_list(self) -> list[str]:
+        """The configured allowed prefixes (none: the catalog's warehouse applies)."""
+        text = self.allowed_locations or ""
+        return [p.strip() for p in text.split(",") if p.strip()]
 
     @classmethod
     def load(cls, overrides: dict[str, Any] | None = None) -> RestCatalogSettings:

@@ -5,10 +5,11 @@ Routes (REST OpenAPI names), all through the planner's catalog:
 * ``createNamespace``, ``dropNamespace`` (409 ``NamespaceNotEmptyException`` when it holds
   tables or namespaces), ``updateProperties`` (``updated``/``removed``/``missing``; 422 for a
   key both set and removed);
-* ``createTable`` (also ``stage-create``: metadata returned, nothing written), ``registerTable``,
-  ``dropTable`` (``purgeRequested`` deletes every reachable file within the allowed
-  locations, see :class:`LocationPolicy`), ``renameTable`` (406 where the
-  catalog cannot: file-system tables are found by their path);
+* ``createTable`` (also ``stage-create``: metadata returned and, on a local disk, the table's
+  metadata and data folders made, as engines write their first files there before the
+  create commit), ``registerTable``, ``dropTable`` (``purgeRequested`` deletes the reachable
+  files that lie under the table's own location),
+  ``renameTable`` (406 where the catalog cannot: file-system tables are found by their path);
 * ``updateTable`` and ``commitTransaction``: requirements checked and updates applied by
   :mod:`icefloe.table_changes` through the catalog's conditional swap, re-checked after every
   lost swap, so REST commits and coordinator batches never lose each other's changes. A failed
@@ -17,8 +18,13 @@ Routes (REST OpenAPI names), all through the planner's catalog:
   Transactions of several tables are atomic on catalogs with multi-key writes (Redis,
   DynamoDB) and 406 elsewhere, before anything is written.
 
-Errors are the spec's ``IcebergErrorResponse``, never a traceback. Tokens and the audit log
-are :mod:`icefloe.planner.auth`'s. The planner sees a REST commit at once: the new metadata goes
+Every location a request names or a commit adds (table locations, location-bearing
+properties, manifest lists, manifests, data files, registered metadata files) obeys
+:class:`~icefloe.planner.location_policy.LocationPolicy`.
+
+Errors are raised as :class:`ApiError` in the spec's types and answered (and, refused or
+failed, audited) by the planner's request middleware, never a traceback. Tokens and the audit
+log are :mod:`icefloe.planner.auth`'s. The planner sees a REST commit at once: the new metadata goes
 straight into its table state.
 """
 
@@ -29,7 +35,7 @@ import logging
 import re
 import sys
 import weakref
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -38,7 +44,15 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from icefloe.catalog import METADATA_PATH, Catalog, Namespace, Table, TableIdentifier
+from icefloe.catalog import (
+    Catalog,
+    Namespace,
+    Table,
+    TableChange,
+    TableIdentifier,
+    data_dir,
+    metadata_dir,
+)
 from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.errors import (
     AlreadyExistsError,
@@ -53,22 +67,22 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.maintenance import purge_table_files
+from icefloe.manifest_cache import ManifestCache
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import new_table_metadata
-from icefloe.metadata_updates import SetLocationUpdate, SetPropertiesUpdate
 from icefloe.model import describe_problems
 from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
 from icefloe.planner.auth import (
     OAUTH_PATH,
+    WRITE_ROUTE_PREFIX,
     TokenAuthority,
     audit,
-    auth_middleware,
-    error_json,
     oauth_tokens,
     principal_of,
 )
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError
+from icefloe.planner.location_policy import LocationPolicy
 from icefloe.planner.refresher import TableRefresher
 from icefloe.planner.write_config import RestCatalogSettings
 from icefloe.schema import Schema
@@ -93,12 +107,15 @@ class PlannerService(Protocol):
     def refresher(self) -> TableRefresher: ...
 
     @property
+    def cache(self) -> ManifestCache: ...
+
+    @property
     def registry(self) -> CollectorRegistry: ...
 
 
 NAMESPACE_SEPARATOR = "\x1f"
 SCAN_PLANNING_MODE = "scan-planning-mode"
-MAX_NAME_LENGTH = 255
+MAX_NAME_BYTES = 255  # a path component on common file systems and object stores
 # Names become storage paths and Redis/DynamoDB keys: no separators, no control characters.
 _BAD_NAME = re.compile(r"[/\\.\x00-\x1f\x7f]")
 
@@ -175,11 +192,16 @@ async def _body(request: web.Request, model: type[M]) -> M:
 
 
 def check_name(name: str, what: str) -> str:
-    """A namespace level or table name that is safe as a path step and a key."""
-    if not name or len(name) > MAX_NAME_LENGTH or _BAD_NAME.search(name):
+    """A namespace level or table name that is safe as a path step and a key: its UTF-8
+    length is what file systems and object stores limit, not its number of characters."""
+    try:
+        size = len(name.encode("utf-8"))
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800") has no UTF-8 form
+        size = -1
+    if not 0 < size <= MAX_NAME_BYTES or _BAD_NAME.search(name):
         raise _bad_request(
-            f"invalid {what} {name[:80]!r}: names must be 1 to {MAX_NAME_LENGTH} characters "
-            "without '/', '\\', '.' or control characters"
+            f"invalid {what} {name[:80]!r}: names must be 1 to {MAX_NAME_BYTES} bytes of "
+            "UTF-8 without '/', '\\', '.' or control characters"
         )
     return name
 
@@ -221,43 +243,6 @@ def _with_field_ids(spec: dict[str, Any]) -> dict[str, Any]:
             for i, f in enumerate(fields)
         ],
     }
-
-
-def _normal(location: str) -> str:
-    return (
-        location.removeprefix("file://") if location.startswith("file:///") else location
-    ).rstrip("/")
-
-
-class LocationPolicy:
-    """Where writers may put tables. Without it, a write token could make the server write
-    metadata files anywhere it can, read any file as "metadata" (register) or, by committing
-    a foreign path as a data file and purging the table, delete it."""
-
-    def __init__(self, prefixes: list[str]) -> None:
-        self.prefixes = [_normal(p) for p in prefixes if p.strip()]
-
-    def allows(self, location: str) -> bool:
-        if not self.prefixes:
-            return True
-        normal = _normal(location)
-        if ".." in normal.split("/"):
-            return False
-        return any(normal == p or normal.startswith(p + "/") for p in self.prefixes)
-
-    def check(self, location: str, what: str) -> None:
-        if not self.allows(location):
-            raise ApiError(
-                403,
-                "ForbiddenException",
-                f"{what} {location[:200]!r} is outside the allowed locations "
-                f"{self.prefixes} (ICEFLOE_REST_ALLOWED_LOCATIONS)",
-            )
-
-    def check_properties(self, properties: Mapping[str, str]) -> None:
-        custom = properties.get(METADATA_PATH)
-        if custom and ("://" in custom or custom.startswith("/")):
-            self.check(custom, f"table property {METADATA_PATH}")
 
 
 def _snapshot_id(metadata: TableMetadata | None) -> int | None:
@@ -314,14 +299,15 @@ def _lost_swaps_counter(registry: CollectorRegistry) -> Counter:
 class WriteRoutes:
     """The write handlers over a planner service's catalog and table state."""
 
-    def __init__(self, service: PlannerService, settings: RestCatalogSettings) -> None:
+    def __init__(
+        self, service: PlannerService, settings: RestCatalogSettings, authority: TokenAuthority
+    ) -> None:
         self.service = service
         self.settings = settings
         self.catalog = service.catalog
-        self.authority = TokenAuthority(settings)
-        configured = settings.allowed_locations
+        self.authority = authority
         self.locations = LocationPolicy(
-            configured.split(",") if configured else [self.catalog.properties.get("warehouse", "")]
+            settings.allowed_location_list() or [self.catalog.properties.get("warehouse", "")]
         )
         self.policy = RetryPolicy(
             num_retries=settings.commit_retries,
@@ -329,7 +315,6 @@ class WriteRoutes:
             max_wait_ms=DEFAULT_POLICY.max_wait_ms,
             total_timeout_ms=DEFAULT_POLICY.total_timeout_ms,
         )
-        self._write_handlers: set[Handler] = set()
         self.endpoints: list[tuple[str, str]] = []
         self.stats = CommitStats()
         self._lost_swaps = _lost_swaps_counter(service.registry)
@@ -337,32 +322,29 @@ class WriteRoutes:
     # -- registration -----------------------------------------------------------------------
 
     def register(self, app: web.Application, prefix: str) -> list[tuple[str, str]]:
-        """Add the routes (and the token middleware, outermost); return the endpoints to
-        advertise in ``/v1/config``, in the spec's ``{prefix}`` form."""
-        app.middlewares.insert(0, auth_middleware(self.authority, self._is_write))
+        """Add the routes, named ``write.<operationId>`` (how the token check and the audit
+        of refusals know a write); return the endpoints to advertise in ``/v1/config``, in
+        the spec's ``{prefix}`` form."""
         app.router.add_post(OAUTH_PATH, self._oauth)
         base = f"/v1/{prefix}/" if prefix else "/v1/"
         advertised = []
         for method, path, operation, attribute in ROUTES:
             wrapped = self._wrap(getattr(self, attribute), operation)
-            self._write_handlers.add(wrapped)
-            app.router.add_route(method, base + path, wrapped)
+            app.router.add_route(method, base + path, wrapped, name=WRITE_ROUTE_PREFIX + operation)
             if operation != "renameTable" or self.catalog.supports_rename:
                 advertised.append((method, "/v1/{prefix}/" + path))
         self.endpoints = advertised
         return advertised
 
-    def _is_write(self, request: web.Request) -> bool:
-        return request.match_info.handler in self._write_handlers
-
     def _wrap(self, handler: Handler, operation: str) -> Handler:
-        """Map typed errors to the spec's answers; audit failures (successes audit inside)."""
+        """Map typed errors to the spec's answers, raised as ApiError for the planner's
+        request middleware to answer and audit (successes audit inside the handler)."""
 
         async def wrapped(request: web.Request) -> web.StreamResponse:
             try:
                 return await handler(request)
-            except ApiError as e:
-                error = e
+            except (ApiError, web.HTTPException):
+                raise
             except NamespaceNotEmptyError as e:
                 error = ApiError(409, "NamespaceNotEmptyException", str(e))
             except ValidationError as e:
@@ -391,14 +373,7 @@ class WriteRoutes:
             except Exception:
                 log.exception("%s %s failed", request.method, request.path)
                 error = ApiError(500, "InternalServerError", "internal error; see the server log")
-            audit(
-                principal_of(request),
-                operation,
-                status=error.code,
-                path=request.path,
-                error=f"{error.error_type}: {error.message}",
-            )
-            return error_json(error.code, error.error_type, error.message)
+            raise error
 
         wrapped.__name__ = operation
         return wrapped
@@ -424,12 +399,16 @@ class WriteRoutes:
         )
         return web.json_response({"namespace": list(namespace), "properties": properties})
 
-    async def _namespace_or_404(self, namespace: Namespace) -> dict[str, str]:
+    async def _namespace_or_404(
+        self, namespace: Namespace, error_type: str = "NoSuchNamespaceException"
+    ) -> dict[str, str]:
+        """The namespace's properties, or 404 in ``error_type``: the spec answers an unknown
+        namespace with NoSuchTableException on the routes of one table (drop, commit)."""
         try:
             return await self.catalog.load_namespace_properties(namespace)
         except NotFoundError:
             raise ApiError(
-                404, "NoSuchNamespaceException", f"namespace {'.'.join(namespace)!r} does not exist"
+                404, error_type, f"namespace {'.'.join(namespace)!r} does not exist"
             ) from None
 
     async def drop_namespace(self, request: web.Request) -> web.StreamResponse:
@@ -503,14 +482,20 @@ class WriteRoutes:
             if body.write_order is not None
             else SortOrder.unsorted()
         )
-        location = body.location or await self.catalog.default_table_location(ident)
-        self.locations.check(location, "table location")
-        self.locations.check_properties(body.properties)
+        default = await self.catalog.default_table_location(ident)
+        location = body.location or default
+        self.locations.check_table(location, body.properties)
+        if location != default:
+            await self.locations.check_unused(self.catalog.io, location, "table location")
         metadata = new_table_metadata(schema, spec, order, location, body.properties)
         principal = principal_of(request)
         if body.stage_create:
             if await self.catalog.table_exists(ident):
                 raise ApiError(409, "AlreadyExistsException", f"table {ident} already exists")
+            # Engines write the first manifest (DuckDB) and data files before the create
+            # commit: on a local disk their folders must exist (object stores have none).
+            for folder in (metadata_dir(metadata), data_dir(metadata)):
+                await self.catalog.io.make_dirs(folder)
             audit(principal, "createTable", status=200, table=str(ident), staged=True)
             return self._load_result(None, metadata)
         try:
@@ -544,7 +529,7 @@ class WriteRoutes:
             metadata = await self.catalog.read_metadata(body.metadata_location)
         except (NotFoundError, InvalidFileError, ValidationError) as e:
             raise _bad_request(f"cannot register {ident}: {e}") from None
-        self.locations.check(metadata.location, "table location")
+        self.locations.check_table(metadata.location, metadata.properties)
         try:
             table = await self.catalog.register_table(ident, body.metadata_location)
         except AlreadyExistsError as e:
@@ -568,7 +553,7 @@ class WriteRoutes:
         if purge_text not in ("true", "false"):
             raise _bad_request(f"purgeRequested must be true or false, got {purge_text!r}")
         purge = purge_text == "true"
-        await self._namespace_or_404(ident.namespace)
+        await self._namespace_or_404(ident.namespace, "NoSuchTableException")
         refused: list[str] = []
         try:
             table = await self.catalog.load_table(ident)
@@ -579,10 +564,11 @@ class WriteRoutes:
         if purge:
             # After the pointer is gone, so no reader meets a half-deleted table; only what
             # lies within the allowed locations is deleted.
-            refused = await purge_table_files(table, self.locations.allows)
+            refused = await purge_table_files(table, self.locations.purgeable(table.metadata))
             if refused:
                 log.warning(
-                    "purging %s left %d files outside the allowed locations, e.g. %s",
+                    "purging %s left %d files outside its location (or the allowed "
+                    "locations), e.g. %s",
                     ident,
                     len(refused),
                     refused[0],
@@ -593,7 +579,7 @@ class WriteRoutes:
             status=204,
             table=str(ident),
             purge=purge,
-            **{"files-kept-outside-allowed-locations": len(refused) or None},
+            **{"files-kept-outside-table-location": len(refused) or None},
         )
         return web.Response(status=204)
 
@@ -622,26 +608,27 @@ class WriteRoutes:
 
     def _commit(self, ident: TableIdentifier, body: CommitTableRequest) -> TableCommit:
         try:
-            commit = TableCommit.parse(ident, body.requirements, body.updates)
+            return TableCommit.parse(ident, body.requirements, body.updates)
         except ValidationError as e:
             raise _bad_request(f"commit to {ident}: {e}") from None
-        for update in commit.updates:
-            if isinstance(update, SetLocationUpdate):
-                self.locations.check(update.location, "table location")
-            elif isinstance(update, SetPropertiesUpdate):
-                self.locations.check_properties(update.updates)
-        return commit
+
+    async def _check_change(self, change: TableChange) -> None:
+        """The new metadata of a commit obeys the location policy (before the swap)."""
+        base = change.base.metadata if change.base is not None else None
+        await self.locations.check_commit(
+            self.catalog.io, self.service.cache, base, change.new_metadata, str(change.identifier)
+        )
 
     async def _run(self, commits: list[TableCommit]) -> list[CommitOutcome]:
         for commit in commits:
             if not commit.creates:
-                await self._namespace_or_404(commit.identifier.namespace)
+                await self._namespace_or_404(commit.identifier.namespace, "NoSuchTableException")
         stats = CommitStats()
         try:
-            return await commit_table_changes(self.catalog, commits, self.policy, stats)
-        except NotFoundError as e:
-            if "namespace" in str(e):
-                raise ApiError(404, "NoSuchNamespaceException", str(e)) from None
+            return await commit_table_changes(
+                self.catalog, commits, self.policy, stats, check=self._check_change
+            )
+        except NotFoundError as e:  # the spec's one 404 of updateTable and commitTransaction
             raise ApiError(404, "NoSuchTableException", str(e)) from None
         finally:
             self._lost_swaps.inc(stats.conflicts)
@@ -707,13 +694,15 @@ def _not_found_type(message: str) -> str:
 
 
 def register_write_routes(
-    app: web.Application, service: PlannerService, settings: RestCatalogSettings | None = None
+    app: web.Application,
+    service: PlannerService,
+    settings: RestCatalogSettings,
+    authority: TokenAuthority,
 ) -> list[tuple[str, str]]:
     """The planner's one hook: serve the write routes on ``app`` unless disabled.
 
     Returns the endpoints to advertise (none when ``ICEFLOE_REST_WRITES=false``).
     """
-    settings = settings or RestCatalogSettings.load()
     if not settings.writes:
         return []
     if service.refresher.trust_events:
@@ -725,13 +714,7 @@ def register_write_routes(
             "the results topic is caught up (ICEFLOE_PLANNER_TRUST_EVENTS is ignored)"
         )
         service.refresher.trust_events = False
-    routes = WriteRoutes(service, settings)
-    if routes.authority.enabled and service.config.token is not None:
-        raise ValidationError(
-            "ICEFLOE_PLANNER_TOKEN and ICEFLOE_REST_*_TOKENS are both set: the planner's single "
-            "token would refuse every other token; move it into ICEFLOE_REST_READ_TOKENS or "
-            "ICEFLOE_REST_WRITE_TOKENS"
-        )
+    routes = WriteRoutes(service, settings, authority)
     return routes.register(app, service.config.prefix)
 
 

@@ -9,19 +9,14 @@ asserted: it is too noisy on a shared machine (``make bench`` measures it).
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+from planner_process import planner_process
 
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.dev.bench_planner import IDS_PER_FILE, generate
-from icefloe.dev.bench_planner_service import wait_healthy
-from icefloe.dev.local_stack import free_port
 from icefloe.fileio import LocalFileIO
 
 TABLE = "/v1/namespaces/db/tables/events"
@@ -65,50 +60,39 @@ async def test_a_planner_process_holds_plans_within_its_memory_budget(tmp_path: 
         await catalog.load_table("db.events")
     finally:
         await catalog.close()
-    port = free_port()
-    env = {
-        **os.environ,
-        "ICEFLOE_PLANNER_CATALOG": f"file://{warehouse}",
-        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
-        "ICEFLOE_PLANNER_PORT": str(port),
-        "ICEFLOE_PLANNER_CACHE_MAX_BYTES": str(BUDGET),
-        "ICEFLOE_PLANNER_PLAN_MAX_BYTES": str(PLAN_SHARE),
-        "ICEFLOE_PLANNER_TASKS_PER_PAGE": "40",
-        "ICEFLOE_PLANNER_PLAN_SECRET": "memory test secret, sixteen bytes or more",
-        "ICEFLOE_PLANNER_ACCESS_LOG": "false",
+    settings = {
+        "cache_max_bytes": str(BUDGET),
+        "plan_max_bytes": str(PLAN_SHARE),
+        "tasks_per_page": "40",
+        "plan_secret": "memory test secret, sixteen bytes or more",
+        "access_log": "false",
     }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "icefloe.cli", "planner", env=env
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with aiohttp.ClientSession() as session:
-            await wait_healthy(session, url, attempts=600)
-            firsts = []
-            for k in range(60):  # selective plans of 150 files, a full plan every tenth
-                body = {} if k % 10 == 0 else {"filter": _ids((k * 97) % (FILES - 150), 150)}
-                async with session.post(url + TABLE + "/plan", json=body) as r:
-                    assert r.status == 200, await r.text()
-                    firsts.append((body, await r.json()))
-            async with session.get(url + "/metrics") as r:
-                metrics = await r.text()
-            memory = _metric(metrics, "memory_bytes")
-            cache, outside = _metric(metrics, "cache_bytes"), _metric(metrics, "plan_bytes")
-            assert memory == cache + outside and 0 < memory <= BUDGET
-            assert outside <= PLAN_SHARE
-            assert _metric(metrics, "plans_dropped_for_memory_total") > 0
-            assert 0 < _metric(metrics, "plans") < len(firsts)
-            # The oldest selective plan was dropped; its pages are planned again from their
-            # tokens, and hold the files a plan of the same request selects now.
-            body, first = firsts[1]
-            again = await _all_paths(session, url, first)
+    async with (
+        aiohttp.ClientSession() as session,
+        planner_process(warehouse, session, **settings) as (url, _),
+    ):
+        firsts = []
+        for k in range(60):  # selective plans of 150 files, a full plan every tenth
+            body = {} if k % 10 == 0 else {"filter": _ids((k * 97) % (FILES - 150), 150)}
             async with session.post(url + TABLE + "/plan", json=body) as r:
-                fresh = await _all_paths(session, url, await r.json())
-            assert again == fresh and len(fresh) >= 150
-            async with session.get(url + "/metrics") as r:
-                after = await r.text()
-            assert _metric(after, "memory_bytes") <= BUDGET
-            assert _metric(after, "plan_bytes") <= PLAN_SHARE
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert await process.wait() == 0
+                assert r.status == 200, await r.text()
+                firsts.append((body, await r.json()))
+        async with session.get(url + "/metrics") as r:
+            metrics = await r.text()
+        memory = _metric(metrics, "memory_bytes")
+        cache, outside = _metric(metrics, "cache_bytes"), _metric(metrics, "plan_bytes")
+        assert memory == cache + outside and 0 < memory <= BUDGET
+        assert outside <= PLAN_SHARE
+        assert _metric(metrics, "plans_dropped_for_memory_total") > 0
+        assert 0 < _metric(metrics, "plans") < len(firsts)
+        # The oldest selective plan was dropped; its pages are planned again from their
+        # tokens, and hold the files a plan of the same request selects now.
+        body, first = firsts[1]
+        again = await _all_paths(session, url, first)
+        async with session.post(url + TABLE + "/plan", json=body) as r:
+            fresh = await _all_paths(session, url, await r.json())
+        assert again == fresh and len(fresh) >= 150
+        async with session.get(url + "/metrics") as r:
+            after = await r.text()
+        assert _metric(after, "memory_bytes") <= BUDGET
+        assert _metric(after, "plan_bytes") <= PLAN_SHARE

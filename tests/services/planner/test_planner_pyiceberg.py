@@ -265,11 +265,11 @@ def test_the_client_switches_to_server_side_planning(rest: Any, written: Written
 
 def test_a_wrong_token_is_refused(planner_url: str) -> None:
     from pyiceberg.catalog.rest import RestCatalog
-    from pyiceberg.exceptions import ForbiddenError
+    from pyiceberg.exceptions import UnauthorizedError
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with pytest.raises(ForbiddenError):
+        with pytest.raises(UnauthorizedError):
             RestCatalog("planner", uri=planner_url, token="wrong")
 
 

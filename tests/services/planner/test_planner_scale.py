@@ -276,46 +276,31 @@ async def test_worker_processes_share_one_port_and_serve_each_others_tokens(
 ) -> None:
     """``--workers 2``: two processes behind one port (SO_REUSEPORT), sharing the disk cache
     and a plan secret, so every plan task is served whichever process gets the request."""
-    import asyncio
-    import os
-    import signal
-    import sys
 
     import aiohttp
+    from planner_process import planner_process
 
-    from icefloe.dev.bench_planner_service import wait_healthy
-    from icefloe.dev.local_stack import free_port
-
-    port = free_port()
-    env = {
-        **os.environ,
-        "ICEFLOE_PLANNER_CATALOG": f"file://{world.warehouse}",
-        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
-        "ICEFLOE_PLANNER_PORT": str(port),
-        "ICEFLOE_PLANNER_WORKERS": "2",
-        "ICEFLOE_PLANNER_TASKS_PER_PAGE": "2",
-        "ICEFLOE_PLANNER_CACHE_DIR": str(tmp_path / "cache"),
-    }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "icefloe.cli", "planner", env=env
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        async with aiohttp.ClientSession() as session:
-            await wait_healthy(session, url, attempts=300)
-            listing = Path(f"/proc/{process.pid}/task/{process.pid}/children")
-            if listing.exists():  # Linux: the supervisor's children are the workers
-                assert len(listing.read_text().split()) >= 2
-            for _ in range(4):  # new connections: the kernel spreads them over the workers
-                async with session.post(url + BASE + "/plan", json={}) as r:
-                    first = await r.json()
-                for token in first["plan-tasks"]:
-                    async with (
-                        aiohttp.ClientSession() as fresh,
-                        fresh.post(url + BASE + "/tasks", json={"plan-task": token}) as r,
-                    ):
-                        assert r.status == 200, await r.text()
-            assert any((tmp_path / "cache").glob("*.arrow"))
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert await process.wait() == 0
+    async with (
+        aiohttp.ClientSession() as session,
+        planner_process(
+            world.warehouse,
+            session,
+            attempts=300,
+            workers="2",
+            tasks_per_page="2",
+            cache_dir=str(tmp_path / "cache"),
+        ) as (url, process),
+    ):
+        listing = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        if listing.exists():  # Linux: the supervisor's children are the workers
+            assert len(listing.read_text().split()) >= 2
+        for _ in range(4):  # new connections: the kernel spreads them over the workers
+            async with session.post(url + BASE + "/plan", json={}) as r:
+                first = await r.json()
+            for token in first["plan-tasks"]:
+                async with (
+                    aiohttp.ClientSession() as fresh,
+                    fresh.post(url + BASE + "/tasks", json={"plan-task": token}) as r,
+                ):
+                    assert r.status == 200, await r.text()
+        assert any((tmp_path / "cache").glob("*.arrow"))

@@ -117,3 +117,17 @@ def test_a_duckdb_reader_cannot_write(server: Server) -> None:
     with pytest.raises(duckdb.Error, match=r"403|Forbidden|read-only"):
         con.execute("CREATE SCHEMA ice.nope")
     con.close()
+
+
+def test_duckdb_create_table_as_select(server: Server) -> None:
+    """DuckDB's CTAS stage-creates the table and writes its first manifest into the table's
+    ``metadata/`` folder before the create commit: the stage-create must leave that folder
+    where the storage has folders (a ``file://`` warehouse)."""
+    con = duckdb_connection()
+    attach(con, server, f"CREATE SECRET ice_secret (TYPE iceberg, TOKEN '{WRITE}')")
+    con.execute("CREATE SCHEMA ice.ctas")
+    con.execute("CREATE TABLE ice.ctas.t AS SELECT i AS id, 'n' || i AS name FROM range(5) t(i)")
+    expected = [(i, f"n{i}") for i in range(5)]
+    assert con.execute("SELECT id, name FROM ice.ctas.t ORDER BY id").fetchall() == expected
+    check_readers(server, "ctas.t", expected)
+    con.close()

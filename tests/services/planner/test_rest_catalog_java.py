@@ -131,6 +131,30 @@ def test_java_spark_creates_inserts_deletes_compacts_and_expires(
     assert_everyone_reads(java, server, cat, name, expected)
 
 
+def test_java_spark_reads_metadata_tables_through_icefloe(
+    server: Server, java_iceberg: JavaIceberg
+) -> None:
+    """``SELECT * FROM cat.ns.t.files``: Spark first loads table ``files`` in namespace
+    ``ns.t`` and reads the metadata table only when that answers NoSuchTableException."""
+    java = java_iceberg
+    cat = spark_catalog(java, server)
+    java.sql(server.warehouse, f"CREATE NAMESPACE {cat}.meta")
+    java.sql(server.warehouse, f"CREATE TABLE {cat}.meta.t (id BIGINT, cat STRING) USING iceberg")
+    for values in ("(1, 'a'), (2, 'b')", "(3, 'c')"):
+        java.sql(server.warehouse, f"INSERT INTO {cat}.meta.t VALUES {values}")
+    metadata = server.run(server.catalog.load_table("meta.t")).metadata
+    files = java.sql(server.warehouse, f"SELECT file_path, record_count FROM {cat}.meta.t.files")
+    rows = server.run(icefloe_rows(server.catalog, "meta.t", ("id",)))
+    assert sum(f["record_count"] for f in files) == len(rows) == 3
+    assert len(files) == 2
+    snapshots = java.sql(server.warehouse, f"SELECT snapshot_id FROM {cat}.meta.t.snapshots")
+    assert sorted(s["snapshot_id"] for s in snapshots) == sorted(
+        s.snapshot_id for s in metadata.snapshots
+    )
+    history = java.sql(server.warehouse, f"SELECT * FROM {cat}.meta.t.history")
+    assert len(history) == len(metadata.snapshots)
+
+
 def assert_linear(metadata: Any) -> None:
     """Every snapshot is an ancestor of main, each the parent of the next (expired ancestors
     end the chain): no commit of Spark's or the coordinator's was made on a stale base."""
