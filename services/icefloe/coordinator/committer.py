@@ -72,7 +72,7 @@ from icefloe.binding import bind
 from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
 from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
-from icefloe.commit_index import CommitIndex
+from icefloe.commit_index import CommitIndex, ledger_properties
 from icefloe.commit_index import summary_commit_ids as summary_commit_ids
 from icefloe.coordinator.batcher import Unit
 from icefloe.datafile import DataFile, DataFileContent
@@ -1098,3 +1098,9 @@ class _UnitsProducer(SnapshotProducer):
         metadata = await super().build(table)
         self.committer.hooks.on_stage("after-manifests")
         return metadata
+
+    def table_properties(self, base: TableMetadata, snapshot: Snapshot) -> Mapping[str, str]:
+        # The dedup ledger: this snapshot's commit ids, carried forward with the table so
+        # that they outlive the snapshot (icefloe.dedup_ledger).
+        ids = [u.commit_id for u in self.units]
+        return ledger_properties(base, self.committer.index, snapshot, ids)
