@@ -90,6 +90,24 @@ def snapshots_in_window(metadata: TableMetadata, now_ms: int, window_ms: int) ->
     }
 
 
+def check_snapshot_removal(
+    metadata: TableMetadata, snapshot_ids: Iterable[int], now_ms: int, table: object
+) -> None:
+    """Refuse to remove a snapshot that records commit ids and is younger than the dedup
+    window: every icefloe path that removes snapshots (maintenance, the CLI, the REST
+    ``remove-snapshots`` update) asks this first. ValidationError naming the setting."""
+    window = dedup_window_ms(metadata.properties)
+    protected = snapshots_in_window(metadata, now_ms, window)
+    inside = sorted(set(snapshot_ids) & protected)
+    if inside:
+        raise ValidationError(
+            f"snapshot(s) {', '.join(map(str, inside))} of table {table} record icefloe commit "
+            f"ids and are younger than the dedup window ({DEDUP_WINDOW_MS}={window} ms): "
+            "removing them would drop the evidence that keeps a retry of those commits from "
+            f"being applied twice; wait, or lower {DEDUP_WINDOW_MS} on the table first"
+        )
+
+
 class CommitIndex:
     """Commit id -> the snapshot that applied it, over every snapshot the table lists."""
 

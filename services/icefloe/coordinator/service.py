@@ -202,6 +202,11 @@ class CoordinatorMetrics:
             ["partition"],
             registry=r,
         )
+        self.acknowledged_expired = Counter(
+            f"{p}_acknowledged_expired",
+            "Commit ids acknowledged again whose snapshot was since expired (from the ledger)",
+            registry=r,
+        )
         self.pending = Gauge(
             f"{p}_pending_events",
             "files-written events waiting for their commit-requested",
@@ -912,9 +917,13 @@ class TableWorker:
         *,
         orphans: Sequence[str] = (),
     ) -> None:
-        """A table-committed pointing at the earlier snapshot of commits found done."""
+        """A table-committed pointing at the earlier snapshot of commits found done; when
+        that snapshot has been expired since (by any engine), one saying so, naming the
+        metadata whose dedup ledger records the commit id. Every request gets an answer."""
         if table is None:
-            table = await self._retrying("loading the table", self.committer.current)
+            # Fresh metadata, so that an answer never names a snapshot expired meanwhile
+            # (replays are rare: a reload each is cheap).
+            table = await self._retrying("loading the table", self.committer.load)
             assert table is not None
         by_snapshot: dict[int, list[str]] = {}
         for commit_id, snapshot_id in commits.items():
@@ -929,11 +938,23 @@ class TableWorker:
                 snapshot_id,
                 extra=self._extra(snapshot_id=snapshot_id, commit_ids=commit_ids),
             )
-            if snapshot is None:
-                # Expired since: nothing precise to announce, but never commit it again.
-                self.coordinator.metrics.skipped.labels("acknowledged-expired").inc()
-                continue
             latency_ms = max(0, now_ms() - produced_at_ms)
+            if snapshot is None:
+                # Expired since: the dedup ledger still records it, and the answer says so.
+                self.coordinator.metrics.acknowledged_expired.inc()
+                messages.append(
+                    TableCommitted(
+                        table=self.table,
+                        snapshot_id=snapshot_id,
+                        sequence_number=0,
+                        metadata_location=table.metadata_location,
+                        commit_ids=tuple(dict.fromkeys(commit_ids)),
+                        latency_ms=latency_ms,
+                        orphan_files=tuple(orphans),
+                        snapshot_expired=True,
+                    )
+                )
+                continue
             branch = next(
                 (n for n, r in table.metadata.refs.items() if r.snapshot_id == snapshot_id),
                 "main",
