@@ -150,7 +150,9 @@ class CommitIndex:
             self._listed.add(snapshot.snapshot_id)
             for commit_id in summary_commit_ids(snapshot):
                 self._by_commit.setdefault(commit_id, snapshot.snapshot_id)
-        self.ledger.take_in(metadata.properties.get(LEDGER_PROPERTY))
+        # Snapshots listed now are indexed from their summaries (never forgotten): the
+        # ledger's digests are kept only for those already gone.
+        self.ledger.take_in(metadata.properties.get(LEDGER_PROPERTY), self._listed)
         self._metadata = metadata
         self._count = len(snapshots)
         self._last_id = snapshots[-1].snapshot_id if snapshots else None

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 
 LEDGER_PROPERTY = "icefloe.dedup.ledger"
 LEDGER_VERSION = "v1"
@@ -108,20 +108,20 @@ class DedupLedger:
     """What the ledgers seen so far recorded: commit digest -> snapshot id, taken in
     incrementally (a commit id, once recorded, stays known, like the dedup index)."""
 
-    __slots__ = ("_by_digest", "_last_raw", "snapshots", "timestamps")
+    __slots__ = ("_by_digest", "_last_raw", "snapshots")
 
     def __init__(self) -> None:
         self._by_digest: dict[str, int] = {}
         self._last_raw: str | None = None
         self.snapshots: set[int] = set()  # snapshot ids some ledger listed
-        self.timestamps: dict[int, int] = {}
 
-    def take_in(self, raw: str | None) -> int:
+    def take_in(self, raw: str | None, known: Container[int] = ()) -> int:
         """Read the entries of ``raw`` not read before; returns how many were read.
 
         The ledger grows at the end, so the walk goes backwards from the last entry and
         stops at the first snapshot already taken in: everything before it was in a ledger
-        read earlier. The first ledger is read whole."""
+        read earlier. The first ledger is read whole. The digests of snapshots in ``known``
+        are not kept (the caller holds their commit ids already, from their summaries)."""
         if raw is None or raw is self._last_raw or raw == self._last_raw:
             return 0
         if not raw.startswith(_HEADER):
@@ -136,12 +136,13 @@ class DedupLedger:
             end = start - 1
             if parsed is None:
                 continue
-            snapshot_id, timestamp_ms, digests = parsed
+            snapshot_id, _, digests = parsed
             if not first and snapshot_id in self.snapshots:
                 break
             read += 1
             self.snapshots.add(snapshot_id)
-            self.timestamps[snapshot_id] = timestamp_ms
+            if snapshot_id in known:
+                continue
             for digest in digests:
                 self._by_digest.setdefault(digest, snapshot_id)
         return read
