@@ -36,7 +36,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 
-from icefloe.dedup_ledger import LEDGER_PROPERTY, DedupLedger, extend_ledger, ledger_entry
+from icefloe.dedup_ledger import (
+    LEDGER_PROPERTY,
+    DedupLedger,
+    extend_ledger,
+    ledger_entry,
+)
 from icefloe.errors import ValidationError
 from icefloe.metadata import TableMetadata
 from icefloe.snapshot import Snapshot
@@ -184,15 +189,20 @@ class CommitIndex:
 
         A listed snapshot whose parent is gone marks a cut in the history; when the newest
         cut is younger than the window, commits made before it inside the window may have
-        been expired with their ids. (The expired parent's own time is not recorded, so a
-        long quiet period just before a legitimate cut reports a gap too: this feeds a
-        warning and a metric, never a decision.)"""
+        been expired with their ids. A cut whose missing parent the dedup ledger lists is
+        no cut: the ledger carries its commit ids. (The
+        expired parent's own time is not recorded, so a long quiet period just before a
+        legitimate cut reports a gap too: this feeds a warning and a metric, never a
+        decision.)"""
         if not metadata.snapshots:
             return 0
+        self.update(metadata)
         listed = {s.snapshot_id for s in metadata.snapshots}
+        carried = self.ledger.snapshots
         newest_cut: int | None = None
         for s in metadata.snapshots:
-            cut = s.parent_snapshot_id is not None and s.parent_snapshot_id not in listed
+            parent = s.parent_snapshot_id
+            cut = parent is not None and parent not in listed and parent not in carried
             if cut and (newest_cut is None or s.timestamp_ms > newest_cut):
                 newest_cut = s.timestamp_ms
         if newest_cut is None:

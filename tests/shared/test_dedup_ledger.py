@@ -140,6 +140,24 @@ def test_entries_leave_the_ledger_once_older_than_the_window() -> None:
     assert table.index.get("a") == first
 
 
+def test_expiry_covered_by_the_ledger_leaves_no_dedup_gap() -> None:
+    table = Table(window_ms=DAY)
+    table.commit(["x"], NOW)
+    x2 = table.commit(["x2"], NOW + 10)
+    table.commit(["y"], NOW + 20)
+    table.expire([x2])  # the ledger carries the expired snapshot's ids: no gap
+    assert CommitIndex().coverage_gap_ms(table.metadata, NOW + 30, DAY) == 0
+    # Expired before any ledger: a gap up to the cut, until the window has passed.
+    bare = Table(window_ms=DAY)
+    gone = bare.commit(["a"], NOW, ledger=False)
+    bare.commit(["b"], NOW + 10, ledger=False)
+    bare.expire([gone])
+    assert CommitIndex().coverage_gap_ms(bare.metadata, NOW + 30, DAY) == DAY - 20
+    bare.commit(["c"], NOW + 20)  # the first ledger cannot bring "a" back
+    assert CommitIndex().coverage_gap_ms(bare.metadata, NOW + 30, DAY) == DAY - 20
+    assert CommitIndex().coverage_gap_ms(bare.metadata, NOW + 10 + DAY, DAY) == 0
+
+
 def test_garbage_ledgers_are_ignored_by_readers_and_replaced_by_writers() -> None:
     ledger = DedupLedger()
     for junk in ("", "v9 1:2:abc", "v1 x:y:z", "v1 1:2:short", "v1 ::: 5"):

@@ -635,9 +635,10 @@ class TableWorker:
             log.warning(
                 "table %s: its retained snapshot history may not cover the dedup window of "
                 "%d ms (up to %d ms missing): snapshots were expired inside the window, "
-                "perhaps by another engine, and commit ids retried from before then may not "
-                "be recognised after a restart; expire with icefloe's maintenance (it keeps "
-                "the window) or raise the table's history.expire.* settings",
+                "perhaps by another engine, that its dedup ledger (icefloe.dedup.ledger) does "
+                "not list (expired before the table carried one, or the property was "
+                "removed), and commit ids retried from before then may not be recognised; "
+                "expire with icefloe's maintenance (it keeps the window)",
                 self.table,
                 window,
                 gap,
