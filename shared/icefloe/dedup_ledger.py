@@ -132,18 +132,28 @@ class DedupLedger:
         end = len(raw)
         while end > len(_HEADER):
             start = raw.rfind(" ", len(_HEADER) - 1, end) + 1
-            parsed = _parse_entry(raw[start:end])
+            entry_start, entry_end = start, end
             end = start - 1
-            if parsed is None:
+            # The snapshot id first: most entries stop the walk or are known already.
+            colon = raw.find(":", entry_start, entry_end)
+            try:
+                snapshot_id = int(raw[entry_start:colon]) if colon > 0 else None
+            except ValueError:
+                snapshot_id = None
+            if snapshot_id is None:
                 continue
-            snapshot_id, _, digests = parsed
             if not first and snapshot_id in self.snapshots:
                 break
+            if snapshot_id in known:
+                read += 1
+                self.snapshots.add(snapshot_id)
+                continue
+            parsed = _parse_entry(raw[entry_start:entry_end])
+            if parsed is None:
+                continue
             read += 1
             self.snapshots.add(snapshot_id)
-            if snapshot_id in known:
-                continue
-            for digest in digests:
+            for digest in parsed[2]:
                 self._by_digest.setdefault(digest, snapshot_id)
         return read
 
