@@ -22,7 +22,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.partitioner import DefaultPartitioner
 from test_coordinator import PARTITIONS, Stack, redis_uri, table_state
 from test_exactly_once import (
@@ -30,6 +29,7 @@ from test_exactly_once import (
     harness,
     holders,
     originals,
+    recreate_events_topic,
     resend,
     send_job,
 )
@@ -102,16 +102,12 @@ async def test_expired_by_another_engine_then_retried_and_replayed_never_applies
         expired_ack(outputs, "job-x", x)
         assert await coordinator.stop() == 0
 
-    live = (await table_state(load_catalog_of(stack), name)).live
-    assert Counter(live) == Counter(x_files + y_files + z_files)
-    assert not set(retry_files) & set(live)
-    assert [kind for kind, _ in originals(outputs, "job-x")] == ["late-files"]
-
-
-def load_catalog_of(stack: Stack) -> Catalog:
-    from icefloe.catalog_uri import load_catalog
-
-    return load_catalog(stack.catalog_uri)
+        live = (await table_state(catalog, name)).live
+        assert Counter(live) == Counter(x_files + y_files + z_files)
+        assert not set(retry_files) & set(live)
+        assert await holders(catalog, name, "job-x") == []
+        # Only the retry's files-written is refused, as late (its files are in no snapshot).
+        assert [kind for kind, _ in originals(outputs, "job-x")] == ["late-files"]
 
 
 @pytest.fixture
@@ -193,15 +189,7 @@ async def test_recreated_topic_growing_past_the_old_position_loses_nothing(
         await outputs.wait_acks("old-b3", 1, coordinator.alive)
         assert await coordinator.stop() == 0
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=stack.brokers)
-        await admin.start()
-        try:
-            await admin.delete_topics([stack.events])
-            await asyncio.sleep(0.5)
-            await admin.create_topics([NewTopic(stack.events, PARTITIONS, 1)])
-        finally:
-            await admin.close()
-        await writers.producer.client.force_metadata_update()
+        await recreate_events_topic(stack, writers)
         new_files: list[str] = []
         for i in range(3):  # offsets 0-5, past the old position 2 before the coordinator looks
             new_files += (await send_job(writers, grows, f"new-g{i}", "a"))[1]
