@@ -68,7 +68,12 @@ partition and are read in the order they were produced.
     ``removed-delete-files``, ``added-records``, ``added-files-size``), ``latency-ms`` (from
     the oldest included event's ``produced-at-ms`` to the commit) and ``orphan-files``:
     files written under these commit ids by attempts the commit did not name. They are in
-    no snapshot, so their writers may delete them.
+    no snapshot, so their writers may delete them. Optional ``snapshot-expired`` (present
+    only when true, so older readers never see it): true on an acknowledgement of a commit
+    id whose snapshot has since been expired (by any engine). The commit id is then recorded in the table's dedup ledger (table
+    property ``icefloe.dedup.ledger`` of ``metadata-location``): ``snapshot-id`` names the
+    snapshot that applied it, ``branch`` is ``main``, and ``sequence-number`` and the
+    counts are 0 (no longer known). The commit happened; never apply it again.
 
 ``dead-letter`` (any consumer → dead-letter topic)
     ``original`` (base64 of the refused value, byte for byte), optional ``original-key``,
@@ -659,6 +664,7 @@ class TableCommitted(_EventModel):
     added_files_size: NonNegativeInt = 0
     latency_ms: NonNegativeInt
     orphan_files: tuple[NonEmptyStr, ...] = ()
+    snapshot_expired: bool | None = None  # true only; left out otherwise (older readers)
 
     @property
     def identifier(self) -> TableIdentifier:

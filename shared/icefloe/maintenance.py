@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from icefloe.catalog import Table
 from icefloe.commit import RetryPolicy, commit_with_retry
-from icefloe.commit_index import DEDUP_WINDOW_MS, dedup_window_ms, snapshots_in_window
+from icefloe.commit_index import check_snapshot_removal, dedup_window_ms, snapshots_in_window
 from icefloe.errors import NotFoundError, ValidationError
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
@@ -172,18 +172,10 @@ async def expire_snapshots(
         retained, removed_refs = retained_snapshots(
             metadata, now_ms=now, older_than_ms=older_than_ms, retain_last=retain_last
         )
-        window = dedup_window_ms(metadata.properties)
-        protected = snapshots_in_window(metadata, now, window)
         for sid in explicit:
             if metadata.snapshot_by_id(sid) is None:
                 raise NotFoundError(f"snapshot {sid} is not in table {current.identifier}")
-            if sid in protected:
-                raise ValidationError(
-                    f"snapshot {sid} of table {current.identifier} records icefloe commit ids "
-                    f"and is younger than the dedup window ({DEDUP_WINDOW_MS}={window} ms): "
-                    "expiring it would let a retry of those commits be applied twice; wait, "
-                    f"or lower {DEDUP_WINDOW_MS} on the table first"
-                )
+            check_snapshot_removal(metadata, [sid], now, current.identifier)
             if any(r.snapshot_id == sid for n, r in metadata.refs.items() if n not in removed_refs):
                 raise ValidationError(
                     f"snapshot {sid} is referenced by a branch or tag: remove the ref first"

@@ -378,7 +378,13 @@ class SnapshotProducer:
             else SnapshotRef.branch(self.snapshot_id)
         )
         builder = MetadataBuilder(base).add_snapshot(snapshot).set_ref(self.branch, ref)
+        builder.set_properties(self.table_properties(base, snapshot))
         return builder.build(table.metadata_location)
+
+    def table_properties(self, base: TableMetadata, snapshot: Snapshot) -> Mapping[str, str]:
+        """Table properties to set in the same commit as ``snapshot`` (none by default;
+        the coordinator carries its dedup ledger forward here)."""
+        return {}
 
     async def _check_no_new_deletes(
         self, table: Table, parent: Snapshot | None, replaced: list[ManifestEntry]

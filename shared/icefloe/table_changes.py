@@ -18,12 +18,15 @@ first metadata from the updates alone and create the pointer if absent.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from icefloe.catalog import Catalog, Table, TableChange, TableIdentifier
 from icefloe.commit import CommitStats, RetryPolicy
+from icefloe.commit_index import check_snapshot_removal
+from icefloe.dedup_ledger import LEDGER_PROPERTY
 from icefloe.errors import (
     AlreadyExistsError,
     CommitFailedError,
@@ -31,13 +34,21 @@ from icefloe.errors import (
     UnsupportedOperationError,
     ValidationError,
 )
+from icefloe.metadata import TableMetadata
 from icefloe.metadata_requirements import (
     AssertCreate,
     TableRequirement,
     parse_table_requirement,
     validate_requirements,
 )
-from icefloe.metadata_updates import TableUpdate, apply_updates, parse_table_update
+from icefloe.metadata_updates import (
+    RemovePropertiesUpdate,
+    RemoveSnapshotsUpdate,
+    SetPropertiesUpdate,
+    TableUpdate,
+    apply_updates,
+    parse_table_update,
+)
 from icefloe.retry import Retry, RetryEvent
 
 log = logging.getLogger(__name__)
@@ -90,9 +101,31 @@ async def _base(catalog: Catalog, commit: TableCommit) -> Table | None:
         raise NotFoundError(f"table {commit.identifier} does not exist") from None
 
 
+def _keeps_dedup_evidence(commit: TableCommit, metadata: TableMetadata) -> None:
+    """Refuse updates that would drop icefloe's dedup evidence (:mod:`icefloe.commit_index`):
+    removing a snapshot that records commit ids inside the dedup window, or removing or
+    replacing the dedup ledger that carries them forward. Other engines may still do so
+    behind icefloe's back; icefloe's own catalog does not."""
+    for update in commit.updates:
+        if isinstance(update, RemoveSnapshotsUpdate):
+            check_snapshot_removal(
+                metadata, update.snapshot_ids, int(time.time() * 1000), commit.identifier
+            )
+        elif (
+            isinstance(update, RemovePropertiesUpdate) and LEDGER_PROPERTY in update.removals
+        ) or (isinstance(update, SetPropertiesUpdate) and LEDGER_PROPERTY in update.updates):
+            raise ValidationError(
+                f"table {commit.identifier}: {LEDGER_PROPERTY} is icefloe's dedup ledger (the "
+                "commit ids of the dedup window, kept by the coordinator); it cannot be "
+                "removed or set by a client"
+            )
+
+
 def _build(commit: TableCommit, base: Table | None, attempt: int) -> TableChange:
     metadata = base.metadata if base is not None else None
     validate_requirements(metadata, commit.requirements)
+    if metadata is not None:
+        _keeps_dedup_evidence(commit, metadata)
     try:
         new = apply_updates(
             metadata, commit.updates, base.metadata_location if base is not None else None

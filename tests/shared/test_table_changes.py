@@ -220,3 +220,51 @@ async def test_multi_table_swaps_are_all_or_nothing(
             await catalog.rename_table("db.d", "db.a")
     finally:
         await catalog.close()
+
+
+async def test_dedup_evidence_is_never_removed_through_a_rest_commit(
+    catalog: RacedCatalog,
+) -> None:
+    """A snapshot recording commit ids inside the dedup window, and the dedup ledger, are
+    refused with a ValidationError (HTTP 400) naming the setting, before anything is
+    written; outside the window (after lowering it) the same removal applies."""
+    import json
+
+    from icefloe.commit_index import DEDUP_WINDOW_MS, SUMMARY_COMMIT_IDS
+    from icefloe.dedup_ledger import LEDGER_PROPERTY
+    from icefloe.errors import ValidationError
+    from icefloe.metadata_builder import MetadataBuilder
+    from icefloe.snapshot import Operation, Snapshot, SnapshotRef, Summary
+
+    table = await catalog.load_table(T)
+    builder = MetadataBuilder(table.metadata)
+    for sid in (1, 2):
+        builder.add_snapshot(
+            Snapshot(
+                snapshot_id=sid,
+                parent_snapshot_id=sid - 1 or None,
+                sequence_number=sid,
+                timestamp_ms=table.metadata.last_updated_ms + sid,
+                manifest_list=f"{table.location}/metadata/snap-{sid}.avro",
+                summary=Summary(Operation.APPEND, {SUMMARY_COMMIT_IDS: json.dumps([f"c{sid}"])}),
+            )
+        ).set_ref("main", SnapshotRef.branch(sid))
+    builder.set_properties({LEDGER_PROPERTY: "v1 1:1:AAAAAAAAAAAAAAAA"})
+    await catalog.commit(table, builder.build(table.metadata_location))
+
+    expire = {"action": "remove-snapshots", "snapshot-ids": [1]}
+    for updates in (
+        [expire],
+        [{"action": "remove-properties", "removals": [LEDGER_PROPERTY]}],
+        [props(**{LEDGER_PROPERTY: "v1 "})],
+    ):
+        with pytest.raises(ValidationError, match=f"{DEDUP_WINDOW_MS}|dedup ledger"):
+            await commit_table_changes(catalog, [TableCommit.parse(T, [], updates)], FAST)
+    after = await catalog.load_table(T)
+    assert after.metadata.snapshot_by_id(1) is not None
+    assert LEDGER_PROPERTY in after.metadata.properties
+
+    lower = TableCommit.parse(T, [], [props(**{DEDUP_WINDOW_MS: "0"})])
+    await commit_table_changes(catalog, [lower], FAST)
+    await commit_table_changes(catalog, [TableCommit.parse(T, [], [expire])], FAST)
+    assert (await catalog.load_table(T)).metadata.snapshot_by_id(1) is None

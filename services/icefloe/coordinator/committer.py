@@ -25,12 +25,19 @@ which events refuse in writers' snapshot properties):
     ancestors can contain the batch. (A resume point alone cannot bound the search: one
     event pending for long holds it down while later commits keep landing.)
 
+``icefloe.topic-ids``
+    JSON object ``{"<topic>/<partition>": "<topic id>"}``: the Kafka topic id (KIP-516) of
+    the source partition whose resume point the snapshot records, carried forward with the
+    offsets. A resume point is a statement about one incarnation of the topic.
+
 Offsets only mean something within one incarnation of a topic: after deleting and
 re-creating the events topic under the same name, its offsets restart at 0 and the recorded
 resume points would skip new events. The coordinator therefore checks, when it loads a
-table, that the recorded position is not beyond the partition's end offset; if it is, the
-topic was re-created (or truncated), the resume point is not trusted, nothing is skipped by
-offset, and the dedup index (commit ids) alone keeps commits exactly once.
+table, that the topic id recorded beside the resume point is the topic's id now (whatever
+the new topic's end offset), and that the recorded position is not beyond the partition's
+end offset (brokers without topic ids, truncation); if either fails, the topic was
+re-created (or truncated), the resume point is not trusted, nothing is skipped by offset,
+and the dedup index (commit ids) alone keeps commits exactly once.
 
 Offsets decide only what is *skipped*; whether a commit id is applied is decided by the
 dedup index (:mod:`icefloe.commit_index`) over every snapshot the table lists, which is
@@ -72,7 +79,7 @@ from icefloe.binding import bind
 from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
 from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
-from icefloe.commit_index import CommitIndex
+from icefloe.commit_index import CommitIndex, ledger_properties
 from icefloe.commit_index import summary_commit_ids as summary_commit_ids
 from icefloe.coordinator.batcher import Unit
 from icefloe.datafile import DataFile, DataFileContent
@@ -105,6 +112,7 @@ log = logging.getLogger(__name__)
 
 SUMMARY_OFFSETS = "icefloe.offsets"
 SUMMARY_POSITIONS = "icefloe.positions"
+SUMMARY_TOPIC_IDS = "icefloe.topic-ids"
 
 DEFAULT_HISTORY_LIMIT = 10_000
 """How many snapshots a history walk may visit before giving up on proving absence."""
@@ -203,6 +211,17 @@ def _json_map(summary: Mapping[str, str] | None, key: str) -> dict[str, int] | N
     return {str(k): v for k, v in obj.items() if isinstance(v, int) and not isinstance(v, bool)}
 
 
+def _json_strs(raw: str | None) -> dict[str, str]:
+    """A JSON object of strings (junk and non-strings ignored)."""
+    try:
+        obj = json.loads(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return {}
+    return (
+        {str(k): v for k, v in obj.items() if isinstance(v, str)} if isinstance(obj, dict) else {}
+    )
+
+
 def summary_offsets(snapshot: Snapshot) -> dict[str, int] | None:
     return _json_map(snapshot.summary, SUMMARY_OFFSETS)
 
@@ -259,6 +278,14 @@ class History:
                 break
         return offsets or {}, positions or {}
 
+    def latest_topic_ids(self, branch: str) -> dict[str, str]:
+        """The topic ids map a new snapshot on ``branch`` carries forward."""
+        for snapshot in self.ancestry(branch):
+            raw = snapshot.summary.get(SUMMARY_TOPIC_IDS) if snapshot.summary else None
+            if raw is not None:
+                return _json_strs(raw)
+        return {}
+
     def committed(self, branch: str, source: str, min_offset: int) -> dict[str, int]:
         """Commit ids (to their snapshot ids) that may concern events at or after
         ``min_offset`` of ``source``: the walk stops at the first snapshot whose recorded
@@ -287,6 +314,20 @@ class History:
                 if positions is not None and source in positions:
                     value = positions[source]
                     best = value if best is None else max(best, value)
+                    break
+        return best
+
+    def resume_by_incarnation(self, source: str) -> dict[str | None, int]:
+        """The highest resume point the branches recorded for ``source``, by the topic id
+        recorded beside it (None: recorded before topic ids were)."""
+        best: dict[str | None, int] = {}
+        for branch in self.branch_heads():
+            for snapshot in self.ancestry(branch):
+                offsets = summary_offsets(snapshot)
+                if offsets is not None and source in offsets:
+                    ids = snapshot.summary.get(SUMMARY_TOPIC_IDS) if snapshot.summary else None
+                    topic_id = _json_strs(ids).get(source)
+                    best[topic_id] = max(best.get(topic_id, offsets[source]), offsets[source])
                     break
         return best
 
@@ -523,6 +564,7 @@ class TableCommitter:
         self._live: dict[str, _LiveFiles] = {}
         self.index = CommitIndex()
         self.restart_positions = False  # set when the source topic was found re-created
+        self.topic_id: str | None = None  # the source topic's Kafka id, when known
 
     @property
     def name(self) -> str:
@@ -914,11 +956,19 @@ class TableCommitter:
             positions = {**positions, self.source: position}
         else:
             positions = {**positions, self.source: max(positions.get(self.source, 0), position)}
-        return {
+        out = {
             SUMMARY_COMMIT_IDS: json.dumps([u.commit_id for u in units], separators=(",", ":")),
             SUMMARY_OFFSETS: json.dumps(offsets, separators=(",", ":"), sort_keys=True),
             SUMMARY_POSITIONS: json.dumps(positions, separators=(",", ":"), sort_keys=True),
         }
+        topic_ids = self.history(metadata).latest_topic_ids(units[0].branch)
+        if self.topic_id is not None:
+            topic_ids[self.source] = self.topic_id
+        else:
+            topic_ids.pop(self.source, None)  # unknown now: claim no incarnation
+        if topic_ids:
+            out[SUMMARY_TOPIC_IDS] = json.dumps(topic_ids, separators=(",", ":"), sort_keys=True)
+        return out
 
     async def check_base(self, table: Table, unit: Unit) -> None:
         """For a request with ``base-snapshot-id``: the base must still be in the branch's
@@ -1082,3 +1132,9 @@ class _UnitsProducer(SnapshotProducer):
         metadata = await super().build(table)
         self.committer.hooks.on_stage("after-manifests")
         return metadata
+
+    def table_properties(self, base: TableMetadata, snapshot: Snapshot) -> Mapping[str, str]:
+        # The dedup ledger: this snapshot's commit ids, carried forward with the table so
+        # that they outlive the snapshot (icefloe.dedup_ledger).
+        ids = [u.commit_id for u in self.units]
+        return ledger_properties(base, self.committer.index, snapshot, ids)

@@ -38,8 +38,9 @@ table itself:
    by a blind retry. Events whose commit id the table holds are acknowledged again (a new
    ``table-committed`` naming the snapshot that holds it), not dead-lettered.
 4. *Skip what is done, announce it again.* When a worker loads its table it reads the
-   highest resume point recorded for its partition (unless the partition ends below the
-   recorded position: a re-created topic, where nothing is skipped) and skips the table's
+   highest resume point recorded for its partition (unless it was recorded for another
+   incarnation of the topic: another Kafka topic id, or a position beyond the partition's
+   end; then nothing is skipped by offset) and skips the table's
    events below it, announcing again each commit among them the table holds: a crash
    between the catalog swap and the announcement leaves exactly those events to re-read.
 5. *Kafka offsets last.* Offsets are committed (manually) only after the table commit and
@@ -128,6 +129,7 @@ from icefloe.runtime import kafka
 from icefloe.runtime.command import ArgumentParser, run_command
 from icefloe.runtime.http import ServiceHttp
 from icefloe.runtime.logs import configure_logging
+from icefloe.runtime.topic_ids import topic_ids
 from icefloe.snapshot import Snapshot, Summary
 
 log = logging.getLogger("icefloe.coordinator")
@@ -198,8 +200,14 @@ class CoordinatorMetrics:
         )
         self.topic_recreated = Counter(
             f"{p}_topic_recreated",
-            "Tables whose recorded offsets lie beyond the partition's end (re-created topic)",
+            "Tables whose recorded resume point belongs to another incarnation of the topic "
+            "(re-created or truncated: another topic id, or offsets beyond its end)",
             ["partition"],
+            registry=r,
+        )
+        self.acknowledged_expired = Counter(
+            f"{p}_acknowledged_expired",
+            "Commit ids acknowledged again whose snapshot was since expired (from the ledger)",
             registry=r,
         )
         self.pending = Gauge(
@@ -219,6 +227,9 @@ class CoordinatorMetrics:
             registry=r,
         )
 
+
+# How long a topic id read from the broker is reused (tables load in bursts).
+_TOPIC_ID_TTL_S = 1.0
 
 # At a stop, how long the coordinator waits for queued planner-cache fills (commits are
 # already acknowledged; a fill left behind only means the planner decodes those manifests).
@@ -531,8 +542,8 @@ class TableWorker:
             )
         except ValidationError as e:
             log.warning("table %s: %s; using the default batch limits", self.table, e)
-        recorded = self.committer.resume_point()
-        if recorded is not None and await self._same_topic_incarnation():
+        recorded = await self._trusted_resume_point()
+        if recorded is not None:
             self.resume = recorded if self.resume is None else max(self.resume, recorded)
         self.committer.index.update(table.metadata)
         self._check_dedup_coverage(table)
@@ -543,32 +554,54 @@ class TableWorker:
             extra=self._extra(metadata_location=table.metadata_location),
         )
 
-    async def _same_topic_incarnation(self) -> bool:
-        """Whether the offsets the table recorded for this partition can belong to the
-        partition as it is now. A recorded position beyond the partition's end offset means
-        the topic was deleted and re-created (or truncated): its offsets restarted, and
-        skipping by the recorded resume point would skip new events silently. Then nothing
-        is skipped by offset; the dedup index alone keeps commits exactly once."""
+    async def _trusted_resume_point(self) -> int | None:
+        """The recorded resume point of this partition, if it belongs to the partition as it
+        is now. Offsets restart when a topic is deleted and re-created (or truncated), and
+        skipping by an old resume point would skip new events silently. A resume point
+        recorded beside another topic id (whatever the new topic's end offset), or a recorded
+        position beyond the partition's end offset, is not trusted: nothing is skipped by
+        offset, and the dedup index (commit ids) alone keeps commits exactly once."""
+        source = self.partition.source
+        topic_id = await self.coordinator.topic_id(self.partition.tp.topic)
+        self.committer.topic_id = topic_id
+        points = self.committer.history().resume_by_incarnation(source)
+        if not points:
+            return None
+        stale = sorted(
+            i for i in points if i is not None and topic_id is not None and i != topic_id
+        )
+        if stale:
+            self._recreated(
+                f"its resume point was recorded for topic id {stale[0]} and the "
+                f"topic's id is now {topic_id}",
+                recorded_topic_id=stale[0],
+                topic_id=topic_id,
+            )
+            return None
         position = self.committer.recorded_position()
-        if position is None:
-            return True
-        end = await self.coordinator.end_offset(self.partition.tp)
-        if end is None or position <= end:
-            return True
+        end = await self.coordinator.end_offset(self.partition.tp) if position is not None else None
+        if position is not None and end is not None and position > end:
+            self._recreated(
+                f"it recorded position {position} but the partition ends at offset {end}",
+                recorded_position=position,
+                end_offset=end,
+            )
+            return None
+        return max(points.values())
+
+    def _recreated(self, why: str, **facts: Any) -> None:
+        """One clear error line and a metric: the topic was re-created or truncated."""
         self.coordinator.metrics.topic_recreated.labels(self.partition.source).inc()
         self.committer.restart_positions = True
         log.error(
-            "table %s recorded position %d for %s but the partition ends at offset %d: the "
-            "topic was re-created or truncated. Its recorded resume point is ignored (no event "
-            "is skipped by offset); commit ids alone deduplicate. Use a new topic name when "
-            "re-creating the events topic",
+            "table %s, partition %s: the events topic was re-created or truncated (%s). The "
+            "recorded resume point is ignored: no event is skipped by offset, commit ids alone "
+            "deduplicate",
             self.table,
-            position,
             self.partition.source,
-            end,
-            extra=self._extra(recorded_position=position, end_offset=end),
+            why,
+            extra=self._extra(**facts),
         )
-        return False
 
     def _committed_snapshot(self, commit_id: str) -> int | None:
         """The snapshot holding ``commit_id``: known to this worker, else in the table."""
@@ -602,9 +635,10 @@ class TableWorker:
             log.warning(
                 "table %s: its retained snapshot history may not cover the dedup window of "
                 "%d ms (up to %d ms missing): snapshots were expired inside the window, "
-                "perhaps by another engine, and commit ids retried from before then may not "
-                "be recognised after a restart; expire with icefloe's maintenance (it keeps "
-                "the window) or raise the table's history.expire.* settings",
+                "perhaps by another engine, that its dedup ledger (icefloe.dedup.ledger) does "
+                "not list (expired before the table carried one, or the property was "
+                "removed), and commit ids retried from before then may not be recognised; "
+                "expire with icefloe's maintenance (it keeps the window)",
                 self.table,
                 window,
                 gap,
@@ -912,9 +946,13 @@ class TableWorker:
         *,
         orphans: Sequence[str] = (),
     ) -> None:
-        """A table-committed pointing at the earlier snapshot of commits found done."""
+        """A table-committed pointing at the earlier snapshot of commits found done; when
+        that snapshot has been expired since (by any engine), one saying so, naming the
+        metadata whose dedup ledger records the commit id. Every request gets an answer."""
         if table is None:
-            table = await self._retrying("loading the table", self.committer.current)
+            # Fresh metadata, so that an answer never names a snapshot expired meanwhile
+            # (replays are rare: a reload each is cheap).
+            table = await self._retrying("loading the table", self.committer.load)
             assert table is not None
         by_snapshot: dict[int, list[str]] = {}
         for commit_id, snapshot_id in commits.items():
@@ -929,11 +967,23 @@ class TableWorker:
                 snapshot_id,
                 extra=self._extra(snapshot_id=snapshot_id, commit_ids=commit_ids),
             )
-            if snapshot is None:
-                # Expired since: nothing precise to announce, but never commit it again.
-                self.coordinator.metrics.skipped.labels("acknowledged-expired").inc()
-                continue
             latency_ms = max(0, now_ms() - produced_at_ms)
+            if snapshot is None:
+                # Expired since: the dedup ledger still records it, and the answer says so.
+                self.coordinator.metrics.acknowledged_expired.inc()
+                messages.append(
+                    TableCommitted(
+                        table=self.table,
+                        snapshot_id=snapshot_id,
+                        sequence_number=0,
+                        metadata_location=table.metadata_location,
+                        commit_ids=tuple(dict.fromkeys(commit_ids)),
+                        latency_ms=latency_ms,
+                        orphan_files=tuple(orphans),
+                        snapshot_expired=True,
+                    )
+                )
+                continue
             branch = next(
                 (n for n, r in table.metadata.refs.items() if r.snapshot_id == snapshot_id),
                 "main",
@@ -1031,6 +1081,7 @@ class Coordinator:
             config.batch_max_files, config.batch_max_bytes, config.batch_max_wait_ms
         )
         self.metrics = CoordinatorMetrics()
+        self._topic_ids: dict[str, tuple[float, str | None]] = {}
         if self.reader.decoded_writer is not None:
             self.metrics.registry.register(_PlannerCacheCollector(self.reader.decoded_writer))
         self.http = ServiceHttp(
@@ -1370,6 +1421,19 @@ class Coordinator:
             f"{self.pending_oldest_s:.0f}s; abandoned after "
             f"{self.config.abandon_after_ms / 1000.0:.0f}s)\n"
         )
+
+    async def topic_id(self, topic: str) -> str | None:
+        """The topic's Kafka id now (None when the broker cannot tell), asked at most once
+        a second: tables load in bursts after an assignment."""
+        cached = self._topic_ids.get(topic)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < _TOPIC_ID_TTL_S:
+            return cached[1]
+        if self.consumer is None:
+            return None
+        found = (await topic_ids(self.consumer, [topic])).get(topic)
+        self._topic_ids[topic] = (now, found)
+        return found
 
     async def end_offset(self, tp: TopicPartition) -> int | None:
         """The partition's end offset (high watermark), None when it cannot be known."""

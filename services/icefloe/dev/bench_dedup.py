@@ -14,10 +14,17 @@ Figures, on metadata of ``snapshots`` snapshots (10,000) each recording ``ids`` 
   lowest offset: cheap, but it proved only that *those events* were not committed, not the
   commit id), and a correct check without an index (every listed snapshot's summary
   parsed on every commit).
-* **index build on load**: building the index from scratch, beside parsing the same
-  metadata JSON, which every load of the table does anyway.
+* **index build on load**: building the index from scratch (the dedup ledger included),
+  beside parsing the same metadata JSON, which every load of the table does anyway.
+* **ledger carried forward per commit**: the new ``icefloe.dedup.ledger`` value a commit
+  writes (:mod:`icefloe.dedup_ledger`: the window's commit ids, so that they outlive the
+  expiry of their snapshots by any engine), beside writing the metadata JSON with and
+  without the ledger, which every commit does anyway.
 
-The index's memory (``tracemalloc``, retained after the build) is printed as a note.
+The metadata carries the ledger of all its snapshots (all inside the window), as a table
+the coordinator commits to does. The index's memory (``tracemalloc``, retained after the
+build), the ledger's bytes per commit id and the metadata's size with and without it are
+printed as notes.
 """
 
 from __future__ import annotations
@@ -26,18 +33,35 @@ import json
 import tracemalloc
 from typing import Any
 
-from icefloe.commit_index import SUMMARY_COMMIT_IDS, CommitIndex, summary_commit_ids
+from icefloe.commit_index import (
+    SUMMARY_COMMIT_IDS,
+    CommitIndex,
+    ledger_properties,
+    summary_commit_ids,
+)
 from icefloe.coordinator.committer import SUMMARY_OFFSETS, SUMMARY_POSITIONS, History
+from icefloe.dedup_ledger import LEDGER_PROPERTY, extend_ledger, ledger_entry
 from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
 from icefloe.metadata import TableMetadata, parse_table_metadata
+from icefloe.snapshot import Operation, Snapshot, Summary
 
 SOURCE = "icefloe.events/0"
 
 
-def metadata_json(snapshots: int, ids: int) -> dict[str, Any]:
-    """Format v2 metadata of one unpartitioned table with a chain of icefloe snapshots."""
-    base_ts = 1_700_000_000_000
+BASE_TS = 1_700_000_000_000
+
+
+def commit_ids(n: int, ids: int) -> list[str]:
+    return [f"job-{n}-{i}" for i in range(ids)]
+
+
+def metadata_json(snapshots: int, ids: int, *, ledger: bool = True) -> dict[str, Any]:
+    """Format v2 metadata of one unpartitioned table with a chain of icefloe snapshots
+    (and, unless ``ledger`` is false, the dedup ledger they wrote)."""
+    base_ts = BASE_TS
     snaps = []
+    entries = [ledger_entry(n, base_ts + n, commit_ids(n, ids)) for n in range(1, snapshots + 1)]
+    properties = {LEDGER_PROPERTY: extend_ledger(None, entries, 0)} if ledger else {}
     for n in range(1, snapshots + 1):
         snaps.append(
             {
@@ -49,7 +73,7 @@ def metadata_json(snapshots: int, ids: int) -> dict[str, Any]:
                 "schema-id": 0,
                 "summary": {
                     "operation": "append",
-                    SUMMARY_COMMIT_IDS: json.dumps([f"job-{n}-{i}" for i in range(ids)]),
+                    SUMMARY_COMMIT_IDS: json.dumps(commit_ids(n, ids)),
                     SUMMARY_OFFSETS: json.dumps({SOURCE: n * 10}),
                     SUMMARY_POSITIONS: json.dumps({SOURCE: n * 10 + 5}),
                 },
@@ -75,7 +99,7 @@ def metadata_json(snapshots: int, ids: int) -> dict[str, Any]:
         "last-partition-id": 999,
         "default-sort-order-id": 0,
         "sort-orders": [{"order-id": 0, "fields": []}],
-        "properties": {},
+        "properties": properties,
         "current-snapshot-id": snapshots,
         "refs": {"main": {"snapshot-id": snapshots, "type": "branch"}},
         "snapshots": snaps,
@@ -133,6 +157,40 @@ def dedup_benchmark(ctx: BenchContext) -> list[Figure]:
 
     on_load = ctx.compare({"icefloe": build, "metadata parse": parse}, work=1)
 
+    # The ledger a commit writes on top of ``before`` (its index up to date, as in the
+    # committer, which takes in the base before it builds).
+    carried = CommitIndex()
+    carried.update(before)
+    new_snapshot = Snapshot(
+        snapshot_id=n + 1,
+        parent_snapshot_id=n,
+        sequence_number=n + 1,
+        timestamp_ms=BASE_TS + n + 1,
+        manifest_list="/wh/db/t/metadata/snap-new.avro",
+        summary=Summary(Operation.APPEND, {SUMMARY_COMMIT_IDS: json.dumps(batch)}),
+    )
+    without = parse_table_metadata(json.dumps(metadata_json(n + 1, ids, ledger=False)))
+
+    def carry() -> None:
+        ledger_properties(before, carried, new_snapshot, batch)
+
+    carrying = ctx.compare(
+        {
+            "icefloe": carry,
+            "metadata write, with the ledger": full.to_json_bytes,
+            "metadata write, no ledger": without.to_json_bytes,
+        },
+        work=1,
+    )
+    ledger_bytes = len(full.properties[LEDGER_PROPERTY])
+    with_size, without_size = len(full.to_json_bytes()), len(without.to_json_bytes())
+    ctx.note(
+        f"dedup ledger of {n + 1} snapshots x {ids} commit ids: {ledger_bytes / 1e6:.2f} MB, "
+        f"{ledger_bytes / ((n + 1) * ids):.1f} bytes per commit id; the metadata JSON "
+        f"{with_size / 1e6:.2f} MB with it, {without_size / 1e6:.2f} MB without "
+        f"(+{100 * (with_size - without_size) / without_size:.0f}%)"
+    )
+
     tracemalloc.start()
     start = tracemalloc.take_snapshot()
     kept = CommitIndex()
@@ -157,6 +215,13 @@ def dedup_benchmark(ctx: BenchContext) -> list[Figure]:
             "loads",
             on_load.pop("icefloe"),
             on_load,
+            kind=Kind.LATENCY,
+        ),
+        Figure(
+            f"dedup ledger carried forward per commit ({n} snapshots)",
+            "commits",
+            carrying.pop("icefloe"),
+            carrying,
             kind=Kind.LATENCY,
         ),
     ]

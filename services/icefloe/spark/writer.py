@@ -491,7 +491,11 @@ def commit_staged(
     )
     if verify_files and staged.files:
         ours = staged.paths
-        if not _BACKGROUND.run(_snapshot_adds_any(uri, committed, ours)):
+        # An acknowledgement from the dedup ledger (snapshot expired since) cannot say
+        # which files the commit added: delete only what the table does not hold.
+        if committed.snapshot_expired or not _BACKGROUND.run(
+            _snapshot_adds_any(uri, committed, ours)
+        ):
             log.info(
                 "commit id %s of %s was already committed in snapshot %d; this replay's %d "
                 "file(s) are not in the table and are deleted",

@@ -468,6 +468,19 @@ async def test_large_dead_letter_keeps_its_original_byte_for_byte(
 # -- 6. a re-created events topic never makes the coordinator skip events -----------------
 
 
+async def recreate_events_topic(stack: Stack, writers: Writers) -> None:
+    """Delete the events topic and create it again under the same name (offsets restart)."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=stack.brokers)
+    await admin.start()
+    try:
+        await admin.delete_topics([stack.events])
+        await asyncio.sleep(0.5)
+        await admin.create_topics([NewTopic(stack.events, 4, 1)])
+    finally:
+        await admin.close()
+    await writers.producer.client.force_metadata_update()
+
+
 async def test_recreated_topic_is_detected_and_nothing_is_skipped(
     stack: Stack, tmp_path: Path
 ) -> None:
@@ -478,15 +491,7 @@ async def test_recreated_topic_is_detected_and_nothing_is_skipped(
         await outputs.wait_acks("old-3", 1, coordinator.alive)
         assert await coordinator.stop() == 0
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=stack.brokers)
-        await admin.start()
-        try:
-            await admin.delete_topics([stack.events])
-            await asyncio.sleep(0.5)
-            await admin.create_topics([NewTopic(stack.events, 4, 1)])
-        finally:
-            await admin.close()
-        await writers.producer.client.force_metadata_update()
+        await recreate_events_topic(stack, writers)
         # The new topic's offsets restart at 0, below the recorded resume point.
         _, files = await send_job(writers, "db.recreate", "new-0", "a")
         coordinator.start()

@@ -1,6 +1,8 @@
 """Exactly once for overwrites, row deltas and rewrites, on ``main`` and on a non-main branch,
 with ``base-snapshot-id`` validation, while the coordinator is killed (SIGKILL and the
-injected crash points) and restarted a bounded number of times.
+injected crash points) and restarted a bounded number of times, a second replica in the same
+group is frozen (SIGSTOP) beyond the session timeout and woken up as a zombie, and the
+catalog (its own redis-server) is frozen for seconds at a time.
 
 One writer per table commits a random sequence of operations, each waiting for its
 ``table-committed`` (so the expected state can be computed alongside), and replays some
@@ -16,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import signal
+import subprocess
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -24,6 +28,8 @@ from pathlib import Path
 import pytest
 from test_coordinator import Stack, Writers, redis_uri, wait_until
 from test_exactly_once import (
+    EXTRA_PROCESSES,
+    CoordinatorProcess,
     Crash,
     Outputs,
     end_offsets,
@@ -36,6 +42,7 @@ from test_exactly_once import (
 from icefloe.catalog import Catalog
 from icefloe.coordinator.committer import COMMIT_STAGES
 from icefloe.datafile import DataFile, DataFileContent
+from icefloe.dev.local_stack import LocalStack
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten, encode_event
 from icefloe.manifest_reader import ManifestReader
 
@@ -267,19 +274,32 @@ async def writer(writers: Writers, outputs: Outputs, model: TableModel, rng: ran
 
 
 async def test_overwrites_row_deltas_and_rewrites_on_branches_stay_exactly_once(
-    kafka_broker: str, redis_server: str, tmp_path: Path
+    kafka_broker: str, tmp_path: Path
 ) -> None:
     warehouse = tmp_path / "warehouse"
-    stack = Stack(kafka_broker, redis_uri(redis_server, warehouse), warehouse)
+    async with LocalStack(redis=True, workdir=tmp_path / "own") as own:
+        redis = own.servers["redis"].process
+        stack = Stack(kafka_broker, redis_uri(own.redis_url, warehouse), warehouse)
+        await soak(stack, redis, tmp_path)
+
+
+async def soak(stack: Stack, redis: subprocess.Popen[bytes], tmp_path: Path) -> None:
     rng = random.Random(11)
     models = [TableModel(t, b) for t, b in TABLES.items()]
-    async with harness(
-        stack, tmp_path, list(TABLES), batch_max_wait_ms=30, session_timeout_ms=1500
-    ) as (coordinator, outputs, writers, catalog):
+    settings = {"batch_max_wait_ms": 30, "session_timeout_ms": 1500}
+    async with harness(stack, tmp_path, list(TABLES), **settings) as (
+        coordinator,
+        outputs,
+        writers,
+        catalog,
+    ):
         writing = asyncio.gather(
             *(writer(writers, outputs, m, random.Random(rng.random())) for m in models)
         )
-        rounds = crashes = 0
+        zombie = CoordinatorProcess(stack, tmp_path, "zombie", **settings)
+        EXTRA_PROCESSES.append(zombie)
+        zombie.start()
+        rounds = crashes = freezes = outages = 0
         while not writing.done():
             crash = None
             if rng.random() < 0.5:
@@ -287,7 +307,24 @@ async def test_overwrites_row_deltas_and_rewrites_on_branches_stay_exactly_once(
             coordinator.start(crash)
             with contextlib.suppress(BaseException):  # it may reach its crash point first
                 await coordinator.wait_ready()
-            await asyncio.wait({writing}, timeout=rng.uniform(1.0, 3.0))
+            roll = rng.random()
+            if roll < 0.35 or not freezes:
+                # The other replica freezes beyond the session timeout and wakes up as a
+                # zombie that still believes it owns its partitions.
+                assert zombie.process is not None and zombie.process.poll() is None
+                zombie.process.send_signal(signal.SIGSTOP)
+                await asyncio.wait({writing}, timeout=rng.uniform(2.0, 3.5))
+                zombie.process.send_signal(signal.SIGCONT)
+                freezes += 1
+            elif roll < 0.7 or not outages:  # the catalog freezes: commits wait, none is lost
+                redis.send_signal(signal.SIGSTOP)
+                try:
+                    await asyncio.wait({writing}, timeout=rng.uniform(1.5, 3.0))
+                finally:
+                    redis.send_signal(signal.SIGCONT)
+                outages += 1
+            else:
+                await asyncio.wait({writing}, timeout=rng.uniform(1.0, 3.0))
             assert coordinator.process is not None
             if coordinator.process.poll() is not None:
                 assert await coordinator.exited() == 137, coordinator.log_path.read_text()[-2000:]
@@ -296,6 +333,7 @@ async def test_overwrites_row_deltas_and_rewrites_on_branches_stay_exactly_once(
                 await coordinator.stop("kill")
             rounds += 1
         await writing
+        await zombie.stop("kill")
         if coordinator.process is None:
             coordinator.start()
         await coordinator.wait_ready()
@@ -321,6 +359,6 @@ async def test_overwrites_row_deltas_and_rewrites_on_branches_stay_exactly_once(
         assert kinds["conflict"] >= refused  # the request and its files-written event
         committed, ends = await group_offsets(stack), await end_offsets(stack)
         assert {p: committed[p] or 0 for p in ends} == ends
-        assert rounds >= 2
+        assert rounds >= 2 and freezes >= 1 and outages >= 1
         done = sum((m.kinds for m in models), Counter())
         assert {"append", "overwrite", "rewrite", "row-delta", "stale-overwrite"} <= set(done), done

@@ -7,7 +7,9 @@ id and new files. Meanwhile the coordinator process is killed with SIGKILL at ra
 moments and at the injected crash points (after the manifests, after the metadata file,
 after the catalog swap), a bounded number of times, then left to finish; a second replica
 in the same consumer group is frozen (SIGSTOP) beyond the session timeout and woken up
-(SIGCONT) as a zombie.
+(SIGCONT) as a zombie. Mid-stream the Kafka broker itself (tansu keeping its log in S3,
+on the SeaweedFS the tests start) is killed with SIGKILL and restarted on the same port:
+writers, the coordinator and its zombie ride it out.
 
 The accounting at the end is exact: every requested file is live exactly once and no other
 file is; every commit id is in exactly one snapshot; every commit is announced by a
@@ -23,10 +25,12 @@ import contextlib
 import random
 import signal
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from restartable_broker import RestartableBroker
 from test_coordinator import Stack, Writers, redis_uri, table_state, wait_until
 from test_exactly_once import (
     EXTRA_PROCESSES,
@@ -40,6 +44,7 @@ from test_exactly_once import (
 )
 
 from icefloe.coordinator.committer import COMMIT_STAGES
+from icefloe.dev.local_stack import S3Endpoint
 from icefloe.events import CommitOperation, CommitRequested, encode_event
 
 pytestmark = pytest.mark.integration
@@ -121,11 +126,21 @@ async def writer_task(writers: Writers, ledger: Ledger, n: int, rng: random.Rand
         await asyncio.sleep(rng.uniform(0.3, 1.5))  # spread the stream over the kills
 
 
+@pytest.fixture
+def broker(s3_server: S3Endpoint, tmp_path: Path) -> Iterator[RestartableBroker]:
+    restartable = RestartableBroker(s3_server, tmp_path)
+    restartable.start()
+    try:
+        yield restartable
+    finally:
+        restartable.stop()
+
+
 async def test_soak_kills_crash_points_replays_and_retries_end_exactly_once(
-    kafka_broker: str, redis_server: str, tmp_path: Path
+    broker: RestartableBroker, redis_server: str, tmp_path: Path
 ) -> None:
     warehouse = tmp_path / "warehouse"
-    stack = Stack(kafka_broker, redis_uri(redis_server, warehouse), warehouse)
+    stack = Stack(broker.bootstrap, redis_uri(redis_server, warehouse), warehouse)
     rng = random.Random(9)
     ledger = Ledger()
     async with harness(
@@ -155,13 +170,18 @@ async def test_soak_kills_crash_points_replays_and_retries_end_exactly_once(
             return Crash(rng.choice(COMMIT_STAGES), rng.randint(0, 1))
 
         zombie.start(crash())
-        kills = crashes = freezes = 0
+        kills = crashes = freezes = broker_restarts = 0
         while kills + crashes < KILLS:
             coordinator.start(crash())
             with contextlib.suppress(BaseException):
                 # Joined (or already crashed at a crash point, which the check below sees).
                 await coordinator.wait_ready()
             await asyncio.sleep(rng.uniform(0.5, 2.0))
+            if kills + crashes in (2, 5):  # the broker dies mid-stream and comes back
+                broker.kill()
+                await asyncio.sleep(rng.uniform(0.5, 2.0))
+                await asyncio.to_thread(broker.start)
+                broker_restarts += 1
             assert zombie.process is not None
             if zombie.process.poll() is not None:  # the other replica reached a crash point
                 assert await zombie.exited() == 137, zombie.log_path.read_text()[-2000:]
@@ -227,5 +247,5 @@ async def test_soak_kills_crash_points_replays_and_retries_end_exactly_once(
                 assert set(event.file_paths) <= orphaned, commit_id
         committed, ends = await group_offsets(stack), await end_offsets(stack)
         assert {p: committed[p] or 0 for p in ends} == ends
-        assert kills + crashes >= KILLS and freezes >= 1
+        assert kills + crashes >= KILLS and freezes >= 1 and broker_restarts == 2
         assert crashes >= 1, "no injected crash point was reached"

@@ -228,15 +228,6 @@ def test_appends_through_rest_while_the_coordinator_commits(
 ) -> None:
     """PyIceberg appends through icefloe while the coordinator commits Kafka events to the same
     table: every file of both lands exactly once, along one line of snapshots."""
-    from aiokafka import AIOKafkaProducer
-
-    from icefloe.events import (
-        CommitOperation,
-        CommitRequested,
-        FilesWritten,
-        encode_event,
-        event_key,
-    )
 
     uri = server.catalog_uri
     prefix = f"rc{uuid.uuid4().hex[:8]}"
@@ -258,46 +249,8 @@ def test_appends_through_rest_while_the_coordinator_commits(
             await feed(task)
 
     async def feed(task: asyncio.Task[None]) -> None:
-        catalog = load_catalog(uri)
-        producer = AIOKafkaProducer(bootstrap_servers=kafka_broker, acks="all")
-        await producer.start()
-        try:
-            icefloe_table = await catalog.load_table(name)
-            md = icefloe_table.metadata
-            for n in range(12):
-                data = batch(range(10_000 + n * 5, 10_000 + n * 5 + 5))
-                # A writer job's Parquet file, with field ids as Iceberg writers write them.
-                files = await write_files(
-                    icefloe_table.io,
-                    data,
-                    icefloe_table.location,
-                    schema=md.schema(),
-                    spec=md.spec(),
-                )
-                event = FilesWritten.from_data_files(
-                    name, f"c{n}", "writer", f"c{n}/a", md.schema(), md.spec(), files
-                )
-                await producer.send(f"{prefix}.events", encode_event(event), key=event_key(name))
-                request = CommitRequested(
-                    table=name,
-                    commit_id=f"c{n}",
-                    operation=CommitOperation.APPEND,
-                    attempt_ids=(f"c{n}/a",),
-                )
-                await producer.send(f"{prefix}.events", encode_event(request), key=event_key(name))
-                coordinator_files.extend(f.file_path for f in files)
-                await asyncio.sleep(0.05)
-            await producer.flush()
-            # Wait until every coordinator file is live (bounded by the coordinator itself).
-            while True:
-                live = await live_files(catalog, name)
-                if set(coordinator_files) <= set(live):
-                    break
-                raise_if_stopped(task)
-                await asyncio.sleep(0.1)
-        finally:
-            await producer.stop()
-            await catalog.close()
+        ranges = {f"c{n}": range(10_000 + n * 5, 10_000 + n * 5 + 5) for n in range(12)}
+        coordinator_files.extend(await send_jobs(task, kafka_broker, uri, prefix, name, ranges))
 
     with ThreadPoolExecutor(3) as pool:
         background = pool.submit(asyncio.run, coordinate())
@@ -320,6 +273,120 @@ def test_appends_through_rest_while_the_coordinator_commits(
     )
     assert_rows(server, table, name, expected)
     assert_linear(table.metadata)
+
+
+async def send_jobs(
+    task: asyncio.Task[None],
+    brokers: str,
+    uri: str,
+    prefix: str,
+    name: str,
+    jobs: dict[str, range],
+) -> list[str]:
+    """Writer jobs through Kafka: per commit id a Parquet file of the ids in its range, its
+    files-written and its commit-requested; returns the files once all are live."""
+    from aiokafka import AIOKafkaProducer
+
+    from icefloe.events import (
+        CommitOperation,
+        CommitRequested,
+        FilesWritten,
+        encode_event,
+        event_key,
+    )
+
+    catalog = load_catalog(uri)
+    producer = AIOKafkaProducer(bootstrap_servers=brokers, acks="all")
+    await producer.start()
+    paths: list[str] = []
+    try:
+        icefloe_table = await catalog.load_table(name)
+        md = icefloe_table.metadata
+        for commit_id, ids in jobs.items():
+            # A writer job's Parquet file, with field ids as Iceberg writers write them.
+            files = await write_files(
+                icefloe_table.io,
+                batch(ids),
+                icefloe_table.location,
+                schema=md.schema(),
+                spec=md.spec(),
+            )
+            attempt = f"{commit_id}/a"
+            event = FilesWritten.from_data_files(
+                name, commit_id, "writer", attempt, md.schema(), md.spec(), files
+            )
+            await producer.send(f"{prefix}.events", encode_event(event), key=event_key(name))
+            request = CommitRequested(
+                table=name,
+                commit_id=commit_id,
+                operation=CommitOperation.APPEND,
+                attempt_ids=(attempt,),
+            )
+            await producer.send(f"{prefix}.events", encode_event(request), key=event_key(name))
+            paths.extend(f.file_path for f in files)
+            await asyncio.sleep(0.05)
+        await producer.flush()
+        # Wait until every file is live (bounded by the coordinator itself).
+        while not set(paths) <= set(await live_files(catalog, name)):
+            raise_if_stopped(task)
+            await asyncio.sleep(0.1)
+    finally:
+        await producer.stop()
+        await catalog.close()
+    return paths
+
+
+def test_icefloe_refuses_to_drop_dedup_evidence_for_pyiceberg(
+    server: Server, kafka_broker: str
+) -> None:
+    """PyIceberg's expire_snapshots().by_id() of a snapshot the coordinator committed inside
+    the dedup window is refused with a 400 naming the setting (it used to answer 200, and a
+    retry of that job was then applied twice); so is removing the dedup ledger. Once the
+    table's window is lowered, the same expiry goes through."""
+    from pyiceberg.exceptions import BadRequestError
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    from icefloe.commit_index import DEDUP_WINDOW_MS
+    from icefloe.dedup_ledger import LEDGER_PROPERTY
+
+    uri = server.catalog_uri
+    prefix = f"rc{uuid.uuid4().hex[:8]}"
+    rest = rest_catalog(server)
+    rest.create_namespace("dedup")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True), NestedField(2, "cat", StringType())
+    )
+    name = "dedup.t"
+    table = rest.create_table(name, schema)
+
+    async def coordinate() -> None:
+        async with running_coordinator(coordinator_config(kafka_broker, uri, prefix)) as (_, task):
+            for job, ids in (("job-x", range(3)), ("job-y", range(3, 6))):  # two snapshots
+                await send_jobs(task, kafka_broker, uri, prefix, name, {job: ids})
+
+    asyncio.run(coordinate())
+    current = server.run(server.catalog.load_table(name)).metadata_location
+    while table.refresh().metadata_location != current:
+        time.sleep(0.05)
+    table = table.refresh()
+    assert len(table.snapshots()) == 2
+    first = table.snapshots()[0].snapshot_id
+    assert LEDGER_PROPERTY in table.properties
+
+    with pytest.raises(BadRequestError, match=DEDUP_WINDOW_MS):
+        table.maintenance.expire_snapshots().by_id(first).commit()
+    with pytest.raises(BadRequestError, match="dedup ledger"), table.transaction() as tx:
+        tx.remove_properties(LEDGER_PROPERTY)
+    table = table.refresh()
+    assert first in {s.snapshot_id for s in table.snapshots()}
+    assert LEDGER_PROPERTY in table.properties
+
+    with table.transaction() as tx:
+        tx.set_properties({DEDUP_WINDOW_MS: "0"})
+    table = table.refresh()
+    table.maintenance.expire_snapshots().by_id(first).commit()
+    assert first not in {s.snapshot_id for s in table.refresh().snapshots()}
 
 
 async def live_files(catalog: Catalog, name: str) -> list[str]:
