@@ -1278,9 +1278,7 @@ class _UnitsProducer(SnapshotProducer):
 
     async def build(self, table: Table) -> TableMetadata:
         await self.committer.check_units(table, self.units)
-        if self.upsert is not None:
-            await self.committer.resolve_upserts(self, self.upsert, table)
-        elif len(self.units) == 1:
+        if self.upsert is None and len(self.units) == 1:
             await self.committer.check_base(table, self.units[0])
         self.snapshot_properties = {
             **self.user_properties,
@@ -1288,14 +1286,16 @@ class _UnitsProducer(SnapshotProducer):
                 table.metadata, self.units, self.resume_offset, self.position
             ),
         }
-        try:
+        if self.upsert is None:
             metadata = await super().build(table)
-        except ValidationConflictError as e:
-            if self.upsert is None:
-                raise
-            # Resolved on this very base, so a row's file gone means the index is out of
-            # step: resolve again on a fresh base rather than refuse the batch.
-            self.committer.drop_key_index()
-            raise CommitFailedError(f"upsert to {self.committer.name}: {e}") from e
+        else:
+            try:
+                await self.committer.resolve_upserts(self, self.upsert, table)
+                metadata = await super().build(table)
+            except ValidationConflictError as e:
+                # Resolved on this very base, so a row in a file that is not live means the
+                # index is out of step: resolve again on a fresh base, never refuse.
+                self.committer.drop_key_index()
+                raise CommitFailedError(f"upsert to {self.committer.name}: {e}") from e
         self.committer.hooks.on_stage("after-manifests")
         return metadata
