@@ -29,6 +29,7 @@ from test_exactly_once import (
     group_offsets,
     harness,
     holders,
+    originals,
 )
 from test_exactly_once_operations import CoordinatorAlive
 from test_upsert_service import CdcWriter
@@ -101,8 +102,10 @@ async def test_an_upsert_batch_crashed_at_each_stage_is_applied_once(
             "b2": [(2, "c", 6, "again"), (3, "d", 7, "")],
         }
         coordinator.start(Crash(stage))
-        for commit_id, changes in batches.items():
-            await cdc.publish(commit_id, changes)
+        sent = {
+            commit_id: await cdc.publish(commit_id, changes)
+            for commit_id, changes in batches.items()
+        }
         assert await coordinator.exited() == 137, coordinator.log_path.read_text()[-2000:]
         coordinator.start()
         for commit_id in batches:
@@ -110,6 +113,12 @@ async def test_an_upsert_batch_crashed_at_each_stage_is_applied_once(
         # a retry of the last batch with a new attempt and new files: acknowledged only
         await cdc.publish("b2", batches["b2"], attempt="a1")
         await outputs.wait_acks("b2", 2, coordinator.alive)
+        # an exact replay of the first batch: acknowledged, although its key file is in no
+        # snapshot (and was deleted once committed)
+        for value in sent["b0"]:
+            await writers.send(table, value)
+        await writers.producer.flush()
+        await outputs.wait_acks("b0", 2, coordinator.alive)
         await assert_exact(catalog, outputs, table, list(batches), batches)
         assert await table_rows(await catalog.load_table(table)) == {1: ("A", 4), 2: ("again", 6)}
         # The first attempts' files-written events, re-read after the crash, are replays
@@ -127,9 +136,10 @@ async def send_group(
     alive: CoordinatorAlive,
     group: dict[str, list[Change]],
     rng: random.Random,
-) -> None:
+) -> str | None:
     """Publish a few batches back to back (they may share a snapshot), wait for their
-    announcements, then maybe replay one exactly or retry it with a new attempt."""
+    announcements, then maybe replay one exactly or retry it with a new attempt (the commit
+    id retried, whose new files-written is dead-lettered as late)."""
     values: dict[str, list[bytes]] = {}
     for commit_id, changes in group.items():
         data, keys = cdc.files(changes, rng.randint(1, 2))
@@ -160,6 +170,8 @@ async def send_group(
     elif roll < 0.55:  # a retry: new attempt id, new files, same changes
         await cdc.publish(commit_id, group[commit_id], attempt=f"a{uuid.uuid4().hex[:6]}")
         await outputs.wait_acks(commit_id, 2, alive)
+        return commit_id
+    return None
 
 
 async def test_upserts_stay_exactly_once_through_random_kills_and_crash_points(
@@ -170,6 +182,7 @@ async def test_upserts_stay_exactly_once_through_random_kills_and_crash_points(
     rng = random.Random(19)
     created: dict[str, list[str]] = {t: [] for t in TABLES}
     batches: dict[str, list[Change]] = {}
+    retried: set[str] = set()
     async with harness(
         stack,
         tmp_path,
@@ -192,7 +205,8 @@ async def test_upserts_stay_exactly_once_through_random_kills_and_crash_points(
                     commit_id = f"{table}-{g}-{b}"
                     group[commit_id] = batches[commit_id] = changes_for(r, order, commit_id)
                     created[table].append(commit_id)
-                await send_group(cdc, outputs, alive, group, r)
+                if (retry := await send_group(cdc, outputs, alive, group, r)) is not None:
+                    retried.add(retry)
 
         writing = asyncio.gather(*(write(t, rng.randrange(1 << 30)) for t in TABLES))
         rounds = crashes = 0
@@ -221,6 +235,10 @@ async def test_upserts_stay_exactly_once_through_random_kills_and_crash_points(
             await assert_exact(catalog, outputs, table, order, batches)
         kinds = Counter(d.reason.split(":", 1)[0] for d in outputs.dead)
         assert set(kinds) <= {"late-files"}, [d.reason for d in outputs.dead][:5]
+        # only retries' files-written are dead letters: exact replays are acknowledged
+        for commit_id in batches:
+            if commit_id not in retried:
+                assert originals(outputs, commit_id) == [], commit_id
         committed, ends = await group_offsets(stack), await end_offsets(stack)
         assert {p: committed[p] or 0 for p in ends} == ends
         assert rounds >= 2 and crashes >= 1

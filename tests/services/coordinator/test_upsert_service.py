@@ -77,7 +77,8 @@ class CdcWriter:
 
     async def publish(
         self, commit_id: str, changes: list[Change], attempt: str = "a0", pieces: int = 1
-    ) -> None:
+    ) -> list[bytes]:
+        """Publish one attempt of a batch; the values sent (to replay them exactly)."""
         data, keys = self.files(changes, pieces)
         md = self.table.metadata
         table = str(self.table.identifier)
@@ -98,9 +99,11 @@ class CdcWriter:
             attempt_ids=(f"{commit_id}/{attempt}",),
         )
         self.key_files.setdefault(commit_id, []).append(keys.file_path)
-        for value in (encode_event(event), encode_event(request)):
+        values = [encode_event(event), encode_event(request)]
+        for value in values:
             await self.producer.send(self.topic, value, key=event_key(table))
         await self.producer.flush()
+        return values
 
 
 async def requested_order(stack: Stack, table: str) -> list[str]:
