@@ -33,25 +33,16 @@ from test_exactly_once import (
 )
 from test_exactly_once_operations import CoordinatorAlive
 from test_upsert_service import CdcWriter
-from upsert_fixtures import KEYED_SCHEMA, Change, apply_fold, fold_batch, table_rows
+from upsert_fixtures import KEYED_SCHEMA, Change, apply_fold, fold_batch, keyed_table, table_rows
 
 from icefloe.catalog import Catalog
 from icefloe.coordinator.committer import COMMIT_STAGES
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten, encode_event, event_key
-from icefloe.partition import PartitionSpec
 
 pytestmark = pytest.mark.integration
 
 TABLES = {"db.upsert_v2": 2, "db.upsert_v3": 3}
 GROUPS_PER_TABLE = 8
-
-
-def keyed(version: int) -> dict[str, object]:
-    return {
-        "schema": KEYED_SCHEMA,
-        "spec": PartitionSpec.unpartitioned(),
-        "format_version": version,
-    }
 
 
 def changes_for(rng: random.Random, order: list[int], label: str) -> list[Change]:
@@ -89,7 +80,9 @@ async def test_an_upsert_batch_crashed_at_each_stage_is_applied_once(
     warehouse = tmp_path / "warehouse"
     stack = Stack(kafka_broker, redis_uri(redis_server, warehouse), warehouse)
     table = "db.crash"
-    async with harness(stack, tmp_path, [table], table_options=keyed(3), batch_max_wait_ms=300) as (
+    async with harness(
+        stack, tmp_path, [table], table_options=keyed_table(3), batch_max_wait_ms=300
+    ) as (
         coordinator,
         outputs,
         writers,
@@ -187,7 +180,7 @@ async def test_upserts_stay_exactly_once_through_random_kills_and_crash_points(
         stack,
         tmp_path,
         ["db.upsert_v2"],
-        table_options=keyed(2),
+        table_options=keyed_table(2),
         batch_max_wait_ms=60,
         session_timeout_ms=1500,
     ) as (coordinator, outputs, writers, catalog):

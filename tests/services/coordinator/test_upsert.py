@@ -317,20 +317,29 @@ async def refusal(env: Env, unit: Unit) -> EventRejectedError:
     return error
 
 
-async def test_a_table_without_identifier_fields_refuses_upserts(tmp_path: Path) -> None:
-    plain = Schema(*KEYED_SCHEMA.fields)
-    env = await keyed_env(tmp_path, 3, plain)
+async def request_refusal(tmp_path: Path, version: int, schema: Schema) -> EventRejectedError:
+    """The refusal of an upsert on a new table of this schema and version: as its
+    commit-requested arrives, and again at commit."""
+    env = await keyed_env(tmp_path, version, schema)
     try:
-        unit = upsert_unit(env, "c1", [(1, "c", 1, "a")])
-        error = await refusal(env, unit)
-        assert error.kind == "not-keyed" and "no identifier fields" in str(error)
         request = CommitRequested(
-            table=env.name, commit_id="c9", operation=UPSERT, attempt_ids=("c9-a0",)
+            table=env.name, commit_id="c1", operation=UPSERT, attempt_ids=("c1-a0",)
         )
-        with pytest.raises(EventRejectedError, match="set identifier-field-ids"):
+        with pytest.raises(EventRejectedError) as e:
             await env.committer().validate_commit_requested(request)
+        # and again at commit, on each base (the table may change after the request came)
+        at_commit = await refusal(env, upsert_unit(env, "c2", [(1, "c", 1, "a")]))
+        assert at_commit.kind == e.value.kind
+        assert str(at_commit).split(": ", 1)[1] == str(e.value).split(": ", 1)[1]
+        return e.value
     finally:
         await env.catalog.close()
+
+
+async def test_a_table_without_identifier_fields_refuses_upserts(tmp_path: Path) -> None:
+    error = await request_refusal(tmp_path, 3, Schema(*KEYED_SCHEMA.fields))
+    assert error.kind == "not-keyed" and "no identifier fields" in str(error)
+    assert "set identifier-field-ids" in str(error)
 
 
 async def test_a_nullable_key_refuses_upserts(tmp_path: Path) -> None:
@@ -341,28 +350,13 @@ async def test_a_nullable_key_refuses_upserts(tmp_path: Path) -> None:
         ),
         identifier_field_ids=[3],
     )
-    env = await keyed_env(tmp_path, 2, schema)
-    try:
-        request = CommitRequested(
-            table=env.name, commit_id="c1", operation=UPSERT, attempt_ids=("c1-a0",)
-        )
-        with pytest.raises(EventRejectedError, match=r"'key\.k' can be null") as e:
-            await env.committer().validate_commit_requested(request)
-        assert e.value.kind == "not-keyed"
-    finally:
-        await env.catalog.close()
+    error = await request_refusal(tmp_path, 2, schema)
+    assert error.kind == "not-keyed" and "'key.k' can be null" in str(error)
 
 
 async def test_format_v1_refuses_upserts(tmp_path: Path) -> None:
-    env = await keyed_env(tmp_path, 1)
-    try:
-        request = CommitRequested(
-            table=env.name, commit_id="c1", operation=UPSERT, attempt_ids=("c1-a0",)
-        )
-        with pytest.raises(EventRejectedError, match="format v2 or later"):
-            await env.committer().validate_commit_requested(request)
-    finally:
-        await env.catalog.close()
+    error = await request_refusal(tmp_path, 1, KEYED_SCHEMA)
+    assert error.kind == "invalid-request" and "format v2 or later" in str(error)
 
 
 async def test_key_files_over_other_columns_are_refused(env: Env) -> None:

@@ -27,12 +27,12 @@ from test_coordinator import (
     wait_until,
 )
 from upsert_fixtures import (
-    KEYED_SCHEMA,
     Change,
     apply_fold,
     data_files_for,
     fold_batch,
     key_file_for,
+    keyed_table,
     live_delete_files,
     table_rows,
 )
@@ -52,7 +52,6 @@ from icefloe.events import (
     event_key,
     parse_event,
 )
-from icefloe.partition import PartitionSpec
 
 pytestmark = pytest.mark.integration
 
@@ -153,13 +152,7 @@ async def test_several_cdc_writers_upsert_one_table_in_kafka_order(
     warehouse = tmp_path / "warehouse"
     stack = Stack(kafka_broker, redis_uri(redis_server, warehouse), warehouse)
     name = "db.cdc"
-    tables = await create_tables(
-        stack.catalog_uri,
-        [name],
-        schema=KEYED_SCHEMA,
-        spec=PartitionSpec.unpartitioned(),
-        format_version=version,
-    )
+    tables = await create_tables(stack.catalog_uri, [name], **keyed_table(version))
     catalog = load_catalog(stack.catalog_uri)
     producer = await producer_for(stack)
     coordinator = Coordinator(stack.config(batch_max_wait_ms=150))

@@ -22,6 +22,7 @@ from icefloe.datafile import DataFile, DataFileContent
 from icefloe.manifest_cache import ManifestCache
 from icefloe.manifest_reader import ManifestReader
 from icefloe.parquet import write_data_file
+from icefloe.partition import PartitionSpec
 from icefloe.scan import plan_scan
 from icefloe.schema import Schema
 from icefloe.types import LongType, NestedField, StringType
@@ -35,6 +36,15 @@ KEYED_SCHEMA = Schema(
 KEY_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 
 Change = tuple[int, str, int, str]
+
+
+def keyed_table(version: int) -> dict[str, Any]:
+    """``create_tables`` options of an unpartitioned keyed table of format ``version``."""
+    return {
+        "schema": KEYED_SCHEMA,
+        "spec": PartitionSpec.unpartitioned(),
+        "format_version": version,
+    }
 
 
 def fold_batch(changes: Iterable[Change]) -> dict[int, tuple[str, int] | None]:
