@@ -207,6 +207,8 @@ async def test_upserts_stay_exactly_once_through_random_kills_and_crash_points(
             crash = (
                 Crash(rng.choice(COMMIT_STAGES), rng.randint(0, 2)) if rng.random() < 0.6 else None
             )
+            if rounds == 0:  # at least one death between the swap and the announcement
+                crash = Crash("after-swap")
             coordinator.start(crash)
             with contextlib.suppress(BaseException):  # it may reach its crash point first
                 await coordinator.wait_ready()
