@@ -43,6 +43,7 @@ from icefloe.errors import EventRejectedError
 from icefloe.events import CommitOperation, CommitRequested
 from icefloe.fileio import FileIO
 from icefloe.key_index import KeyIndex
+from icefloe.manifest_reader import ManifestReader
 from icefloe.parquet import write_data_file
 from icefloe.schema import Schema
 from icefloe.snapshot_producer import rewrite_files
@@ -84,8 +85,6 @@ async def compact(table: Table) -> Table:
     removed = [f.file_path for f in await live_delete_files(table) if not is_deletion_vector(f)]
     head = table.metadata.current_snapshot()
     assert head is not None
-    from icefloe.manifest_reader import ManifestReader
-
     reader = ManifestReader(table.io)
     for manifest in await reader.manifests(head):
         for entry in await reader.entries(manifest, table.metadata.specs(), live_only=True):
@@ -240,6 +239,16 @@ async def test_a_foreign_commit_between_build_and_swap_is_resolved_again(env: En
     live = await committer.live_data_files(table.metadata, "main")
     deletes = await live_delete_files(table)
     assert deletes and all(d.referenced_data_file in live for d in deletes)
+    # the failed attempt's delete file (for the compacted-away file) was removed again
+    reader = ManifestReader(table.io)
+    referenced = set()
+    for snapshot in table.metadata.snapshots:
+        for manifest in await reader.manifests(snapshot):
+            for entry in await reader.entries(manifest, table.metadata.specs()):
+                referenced.add(entry.data_file.file_path)
+    data_dir = Path(table.metadata.location.removeprefix("file://")) / "data"
+    written = {f"file://{p}" for p in data_dir.iterdir() if "-deletes." in p.name}
+    assert written and written <= referenced
 
 
 async def test_consecutive_upserts_in_one_snapshot_see_each_other(env: Env) -> None:
