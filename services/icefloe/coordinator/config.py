@@ -68,6 +68,22 @@ class CoordinatorConfig(BaseSettings, KafkaSettings):
     )
     planner_cache_disk_max_bytes: int = Field(8 << 30, ge=0, description="its budget")
     file_check_concurrency: int = Field(32, ge=1)
+    key_index_memory_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        description=(
+            "memory budget of each keyed table's key index, which upserts resolve keys "
+            "through; its runs beyond the budget are spilled to ICEFLOE_KEY_INDEX_SPILL_DIR "
+            "and memory-mapped"
+        ),
+    )
+    key_index_spill_dir: str | None = Field(
+        None,
+        description=(
+            "local directory for key-index runs beyond the memory budget (a disk, not "
+            "tmpfs, or spilling saves no memory); unset: the system's temporary directory"
+        ),
+    )
     abandon_after_ms: int = Field(
         600_000,
         ge=1,
