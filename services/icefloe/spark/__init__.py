@@ -4,7 +4,7 @@
 
 from icefloe.spark.channel import CommitChannel, shutdown
 from icefloe.spark.reader import PlannerClient, PlanningError, ScanPlan, read
-from icefloe.spark.tables import create_table, set_identifier_fields
+from icefloe.spark.tables import create_table, schema_of, set_identifier_fields
 from icefloe.spark.types import iceberg_to_spark_type, spark_schema, spark_to_iceberg_type
 from icefloe.spark.writer import (
     BATCH_ID_PROPERTY,
@@ -31,6 +31,7 @@ __all__ = [
     "foreach_batch_sink",
     "iceberg_to_spark_type",
     "read",
+    "schema_of",
     "set_identifier_fields",
     "shutdown",
     "spark_schema",

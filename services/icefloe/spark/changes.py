@@ -202,7 +202,8 @@ def nest_keys(keys: pa.Table, paths: Sequence[str]) -> pa.Table:
 
 
 def _ops(values: pa.Array, op_column: str) -> pa.Array:
-    """Operation codes (0 upsert, 1 delete, null for a tombstone) from Debezium's letters."""
+    """Operation codes (0 upsert, 1 delete) from Debezium's letters; a null (a tombstone)
+    reads as an upsert here, for the caller to decide."""
     text = values.cast(pa.string()) if not pa.types.is_string(values.type) else values
     upsert = pc.is_in(text, value_set=pa.array(UPSERT_OPS))
     delete = pc.is_in(text, value_set=pa.array(DELETE_OPS))
@@ -268,7 +269,7 @@ def normalize(table: pa.Table, spec: ChangeSpec, arrival_start: int = 0) -> pa.T
     ops = _ops(raw, spec.op_column)
     tombstone = pc.is_null(raw)
     keyless = pc.and_(tombstone, _all_null(keys))
-    ops = pc.fill_null(ops, pa.scalar(OP_DELETE, pa.int8()))
+    ops = pc.if_else(tombstone, pa.scalar(OP_DELETE, pa.int8()), ops)
     rows = _assemble(data, keys, ops, order, arrival, spec)
     if pc.any(keyless).as_py():
         rows = rows.filter(pc.invert(keyless))

@@ -632,6 +632,32 @@ async def _snapshot_adds_any(uri: str, committed: TableCommitted, paths: set[str
     return False
 
 
+def commit_request(
+    staged: StagedWrite,
+    mode: WriteMode = "append",
+    overwrite_filter: FilterArg = None,
+    *,
+    branch: str | None = None,
+    snapshot_properties: Mapping[str, str] | None = None,
+) -> CommitRequested:
+    """The commit-requested event that asks the coordinator to commit ``staged``: an
+    ``upsert`` for the keyed modes, naming every event (data and key files) of the job."""
+    operation, filter_json = _operation(mode, overwrite_filter)
+    return CommitRequested(
+        table=str(staged.identifier),
+        commit_id=staged.commit_id,
+        operation=operation,
+        event_ids=tuple(e.event_id for e in staged.events),
+        attempt_ids=staged.attempt_ids,
+        overwrite_filter=filter_json,
+        snapshot_properties=dict(snapshot_properties or {}),
+        branch=branch,
+        base_snapshot_id=staged.base_snapshot_id
+        if operation is CommitOperation.OVERWRITE
+        else None,
+    )
+
+
 def commit_staged(
     staged: StagedWrite,
     mode: WriteMode = "append",
@@ -645,7 +671,7 @@ def commit_staged(
     """Ask the coordinator to commit a staged write; the snapshot id, or None if there was
     nothing to commit. ``verify_files`` checks, for commit ids that may have been committed
     before (stream replays), that the acknowledged snapshot holds this job's files."""
-    operation, filter_json = _operation(mode, overwrite_filter)
+    _, filter_json = _operation(mode, overwrite_filter)
     settings = staged.config
     uri = staged.catalog_uri
     if filter_json is not None:
@@ -659,18 +685,8 @@ def commit_staged(
         log.info("nothing to commit to %s (the DataFrame was empty)", staged.identifier)
         _BACKGROUND.run(_cleanup(staged, committed=None))
         return None
-    request = CommitRequested(
-        table=str(staged.identifier),
-        commit_id=staged.commit_id,
-        operation=operation,
-        event_ids=tuple(e.event_id for e in staged.events),
-        attempt_ids=staged.attempt_ids,
-        overwrite_filter=filter_json,
-        snapshot_properties=dict(snapshot_properties or {}),
-        branch=branch,
-        base_snapshot_id=staged.base_snapshot_id
-        if operation is CommitOperation.OVERWRITE
-        else None,
+    request = commit_request(
+        staged, mode, overwrite_filter, branch=branch, snapshot_properties=snapshot_properties
     )
     timeout = timeout_s if timeout_s is not None else settings.commit_timeout_s
 
@@ -952,6 +968,7 @@ def compact(spark: SparkSession, table: str | TableIdentifier, **kwargs: Any) ->
 __all__ = [
     "StagedWrite",
     "check_dataframe_schema",
+    "commit_request",
     "commit_staged",
     "compact",
     "foreach_batch_sink",
