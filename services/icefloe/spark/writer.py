@@ -499,7 +499,7 @@ def stage_write(
         rows_of_changes = _map_in_arrow(
             df, functools.partial(change_rows_task, change_spec), change_schema
         )
-        by_key = rows_of_changes.repartition(*[F.col(c) for c in change_spec.key_columns])
+        by_key = _by_key(df, rows_of_changes, change_spec)
         result = _map_in_arrow(
             by_key, functools.partial(change_task, job, change_spec), WRITE_RESULT_SCHEMA
         )
@@ -559,6 +559,24 @@ def stage_write(
         config=settings,
         key_files=key_files,
     )
+
+
+def _by_key(df: DataFrame, changes: DataFrame, spec: ChangeSpec) -> DataFrame:
+    """``changes`` partitioned by key, so every change of a key meets in one task.
+
+    Each task writes a key file, so the number of tasks matters: with adaptive query
+    execution Spark coalesces the shuffle's partitions to its advisory size; without it,
+    as many partitions as the input has (not ``spark.sql.shuffle.partitions``, 200 by
+    default, which would make 200 key files of a small micro-batch)."""
+    keys = [F.col(c) for c in spec.key_columns]
+    conf = df.sparkSession.conf
+    adaptive = (conf.get("spark.sql.adaptive.enabled") or "true").lower() == "true"
+    coalesces = (
+        conf.get("spark.sql.adaptive.coalescePartitions.enabled") or "true"
+    ).lower() == "true"
+    if adaptive and coalesces:
+        return changes.repartition(*keys)
+    return changes.repartition(max(1, df.rdd.getNumPartitions()), *keys)
 
 
 _TASK_REFUSAL = re.compile(r"icefloe\.errors\.ValidationError: (.+)")
