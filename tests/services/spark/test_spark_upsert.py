@@ -10,6 +10,7 @@ any job runs. Committing them is the coordinator's part (``test_spark_upsert_com
 from __future__ import annotations
 
 import json
+import uuid
 from collections import Counter
 from typing import Any
 
@@ -277,3 +278,40 @@ def test_keyed_tables_from_the_spark_api(spark: SparkSession, spark_stack: Any) 
         "day",
     ]
     assert ispark.schema_of(schema).find_field("x").field_type == DoubleType()  # type: ignore[union-attr]
+
+
+@pytest.mark.integration
+def test_key_files_outlive_an_unknown_outcome(
+    spark: SparkSession, spark_stack: Any, kafka_broker: str
+) -> None:
+    """After a timeout with the commit id not in the table the coordinator may still commit
+    the upsert, and it reads the key files when it does: nothing is deleted. (Here the
+    events go to topics no coordinator reads.)"""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    from icefloe.errors import CommitStateUnknownError
+
+    prefix = f"cdc-nowhere-{uuid.uuid4().hex[:8]}"
+
+    async def topics() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
+        await admin.start()
+        try:
+            await admin.create_topics(
+                [NewTopic(f"{prefix}.{kind}", 1, 1) for kind in ("events", "results")]
+            )
+        finally:
+            await admin.close()
+
+    spark_stack.run(topics())
+    name = spark_stack.create_table(SCHEMA)
+    nowhere = spark_stack.config.model_copy(
+        update={"events_topic": f"{prefix}.events", "results_topic": f"{prefix}.results"}
+    )
+    df = spark.createDataFrame([(1, "eu", "a")], "id long, region string, v string")
+    staged = ispark.stage_write(df, name, mode="upsert", config=nowhere)
+    with pytest.raises(CommitStateUnknownError):
+        ispark.commit_staged(staged, "upsert", timeout_s=2.0)
+    assert staged.key_paths and spark_stack.stored_files(name) >= staged.key_paths | staged.paths
+    staged.discard()
+    assert spark_stack.stored_files(name) == set()
