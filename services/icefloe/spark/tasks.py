@@ -34,6 +34,17 @@ default does nothing). Tests install hooks in the Python workers that fail an at
 that point, as an attempt that dies while reporting would: the files stay behind for the
 driver to clean up.
 
+Writing changes by key
+----------------------
+An upsert or delete by key runs two ``mapInArrow`` steps around a shuffle by key:
+:func:`change_rows_task` turns input rows into change rows (numbered in arrival order,
+from ``partition id << 40``), and :func:`change_task`, once every change of a key is in
+its task, folds them to the last change per key (:mod:`icefloe.spark.changes`), writes the
+surviving rows through the same :class:`FanoutWriter` and every key it touched as one key
+file (:func:`write_key_file`: the key columns with their field ids and metrics, content
+equality-deletes over the identifier fields, the table's spec with null partition values,
+named ``<job id>-<partition>-<attempt>-keys.parquet`` so the driver's clean-up finds it).
+
 Reading
 -------
 :func:`read_task` is a ``mapInArrow`` function over rows holding one scan task each (a data
@@ -573,16 +584,23 @@ def write_task(
     task_io.close()
     task_hooks().files_complete(info)
     if files:
-        yield pa.RecordBatch.from_pydict(
-            {
-                "task_attempt_id": [info.task_attempt_id] * len(files),
-                "partition_id": [info.partition_id] * len(files),
-                "attempt_number": [info.attempt_number] * len(files),
-                "stage_id": [info.stage_id] * len(files),
-                "file": [json.dumps(content_file_to_json(f, spec, schema)) for f in files],
-            },
-            schema=WRITE_RESULT_ARROW,
-        )
+        yield result_batch(info, files, spec, schema)
+
+
+def result_batch(
+    info: TaskInfo, files: Sequence[DataFile], spec: PartitionSpec, schema: Schema
+) -> pa.RecordBatch:
+    """What a write task reports: a row per file, its content-file JSON and its attempt."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "task_attempt_id": [info.task_attempt_id] * len(files),
+            "partition_id": [info.partition_id] * len(files),
+            "attempt_number": [info.attempt_number] * len(files),
+            "stage_id": [info.stage_id] * len(files),
+            "file": [json.dumps(content_file_to_json(f, spec, schema)) for f in files],
+        },
+        schema=WRITE_RESULT_ARROW,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -685,17 +703,7 @@ def change_task(
         raise
     task_io.close()
     task_hooks().files_complete(info)
-    described = [*files, key_file]
-    yield pa.RecordBatch.from_pydict(
-        {
-            "task_attempt_id": [info.task_attempt_id] * len(described),
-            "partition_id": [info.partition_id] * len(described),
-            "attempt_number": [info.attempt_number] * len(described),
-            "stage_id": [info.stage_id] * len(described),
-            "file": [json.dumps(content_file_to_json(f, table_spec, schema)) for f in described],
-        },
-        schema=WRITE_RESULT_ARROW,
-    )
+    yield result_batch(info, [*files, key_file], table_spec, schema)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1226,6 +1234,7 @@ __all__ = [
     "key_file_name",
     "prepare_input",
     "read_task",
+    "result_batch",
     "task_hooks",
     "to_spark_arrow",
     "to_spark_table",

@@ -22,6 +22,25 @@ looks for its commit id in the table's snapshots: found, the write succeeded (a 
 refused announcement); not found after a timeout, nothing is deleted, since the coordinator
 may still commit it. No clean-up ever deletes a file the table holds.
 
+Upserts and deletes by key (``mode="upsert"``, ``mode="delete"``)
+-----------------------------------------------------------------
+On a keyed table (identifier fields, :mod:`icefloe.keyed_table`) the driver first checks,
+before any job runs, that the table's keys are required columns the DataFrame has (in
+Debezium's ``after`` for an envelope), and that the rows fit the schema. The job then has
+two steps: a narrow map turns rows into change rows (:func:`icefloe.spark.changes.normalize`,
+which also numbers them in arrival order), the rows are repartitioned by key so that every
+change of a key meets in one task, and each task folds its changes to the last one per key
+(:func:`icefloe.spark.changes.fold`) and writes the surviving rows as data files
+(partitioned as the table) plus one *key file* naming every key it touched
+(:func:`icefloe.spark.tasks.change_task`). The commit-requested's operation is
+``upsert``: the coordinator removes each key's old row (deletion vectors on v3, position
+deletes on v2) and adds the new ones in one snapshot. Key files are never committed: once
+the outcome is decided (committed, acknowledged as a replay, or rejected) the driver
+deletes them; after a timeout with the commit id not in the table it keeps them, since
+the coordinator may still commit and reads them when it does. A task's refusal (a key
+given twice without ``order_by``, an unknown operation, a null key) reaches the caller
+as a ValidationError with the task's message, and the job's files are deleted.
+
 Exactly once for streams (:func:`foreach_batch_sink`)
 ----------------------------------------------------
 A micro-batch's commit id is ``<query id or sink id>:<batch id>``, stable across restarts

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
@@ -26,11 +28,12 @@ from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import SchemaEvolutionError, ValidationError
 from icefloe.events import CommitOperation
 from icefloe.parquet import read_data_file
-from icefloe.partition import PartitionSpecBuilder
+from icefloe.partition import PartitionSpec, PartitionSpecBuilder
 from icefloe.schema import Schema
-from icefloe.spark.tasks import is_job_file
+from icefloe.spark.changes import ChangeSpec
+from icefloe.spark.tasks import TaskInfo, WriteJob, change_rows_task, change_task, is_job_file
 from icefloe.spark.writer import StagedWrite, commit_request
-from icefloe.types import DoubleType, LongType, NestedField, StringType
+from icefloe.types import DoubleType, LongType, NestedField, StringType, StructType
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),
@@ -315,3 +318,58 @@ def test_key_files_outlive_an_unknown_outcome(
     assert staged.key_paths and spark_stack.stored_files(name) >= staged.key_paths | staged.paths
     staged.discard()
     assert spark_stack.stored_files(name) == set()
+
+
+# -- inside a task (no Spark) ---------------------------------------------------------------------
+
+NESTED = Schema(
+    NestedField(
+        1,
+        "loc",
+        StructType(
+            NestedField(2, "x", LongType(), required=True), NestedField(3, "y", StringType())
+        ),
+        required=True,
+    ),
+    NestedField(4, "v", StringType()),
+    identifier_field_ids=[2],
+)
+
+
+def test_a_change_task_writes_the_fold_and_a_key_file_of_a_nested_key(tmp_path: Path) -> None:
+    location = f"file://{tmp_path}/table"
+    job = WriteJob(
+        job_id="job7",
+        table_location=location,
+        data_dir=f"{location}/data",
+        schema_json=json.dumps(NESTED.to_json()),
+        spec_json=json.dumps(PartitionSpec.unpartitioned().to_json()),
+        properties={},
+        io_properties={},
+    )
+    spec = ChangeSpec(keys=("loc.x",), op_column="op", data_columns=("loc", "v"))
+    loc = pa.struct([("x", pa.int64()), ("y", pa.string())])
+    batch = pa.RecordBatch.from_pydict(
+        {
+            "loc": pa.array([{"x": 1, "y": "a"}, {"x": 2, "y": "b"}, {"x": 1, "y": "c"}], loc),
+            "v": ["one", "two", "three"],
+            "op": ["c", "c", "d"],
+        }
+    )
+    info = TaskInfo(partition_id=4, attempt_number=0, task_attempt_id=41, stage_id=2)
+    changes = list(change_rows_task(spec, [batch], info))
+    out = pa.Table.from_batches(list(change_task(job, spec, changes, info)))
+    files = [json.loads(f) for f in out.column("file").to_pylist()]
+    assert [f["content"] for f in files] == ["data", "equality-deletes"]
+    data, keys = files
+    assert read_data_file(_local(data["file-path"]), NESTED).to_pylist() == [
+        {"loc": {"x": 2, "y": "b"}, "v": "two"}
+    ]
+    assert keys["equality-ids"] == [2] and keys["record-count"] == 2
+    assert keys["file-path"].endswith("/data/job7-00004-41-keys.parquet")
+    assert keys["lower-bounds"] == {"keys": [2], "values": [1]}
+    assert keys["upper-bounds"] == {"keys": [2], "values": [2]}
+    stored = pq.read_table(_local(keys["file-path"]))
+    assert sorted(r["loc"]["x"] for r in stored.to_pylist()) == [1, 2]
+    assert field_id_of(stored.schema.field("loc").type.field(0)) == 2
+    assert list(change_task(job, spec, [], info)) == []  # no changes, no files
