@@ -12,6 +12,7 @@ storage. A batch replayed with its commit id is acknowledged, not applied again.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,12 +21,14 @@ from hypothesis import strategies as hs
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as st
+from task_faults import fault
 
 import icefloe.spark as ispark
 from hypothesis_budget import examples
 from icefloe.datafile import DataFileContent
 from icefloe.partition import PartitionSpecBuilder
 from icefloe.schema import Schema
+from icefloe.spark.tasks import is_job_file
 from icefloe.types import LongType, NestedField, StringType
 
 SCHEMA = Schema(
@@ -196,3 +199,85 @@ def test_upserts_deletes_and_replays_through_the_coordinator(
     assert any(f.content == DataFileContent.POSITION_DELETES for f in live), (
         "old rows are removed by position deletes (v2) or deletion vectors (v3)"
     )
+
+
+@pytest.mark.integration
+def test_a_failed_upsert_attempt_leaves_no_key_or_data_file_behind(
+    spark: SparkSession, spark_stack: Any
+) -> None:
+    """A change task whose worker dies once its files are complete is retried; only the
+    retry's files are committed, the dead attempt's data and key files are deleted, and
+    so are the committed upsert's own key files."""
+    name = spark_stack.create_table(SCHEMA, format_version=3)
+    config = spark_stack.config
+    ispark.write(
+        spark.createDataFrame([(i, "eu", i) for i in range(40)], "id long, region string, v long"),
+        name,
+        mode="upsert",
+        config=config,
+    )
+    df = spark.createDataFrame(
+        [(i, "us", -i) for i in range(20, 80)], "id long, region string, v long"
+    ).repartition(2)
+    with fault(spark, "crash:1"):
+        staged = ispark.stage_write(df, name, mode="upsert", config=config)
+    assert staged.needs_listing
+    left_behind = {p for p in spark_stack.stored_files(name) if is_job_file(p, staged.job_id)}
+    assert left_behind > staged.paths | staged.key_paths
+    ispark.commit_staged(staged, "upsert")
+    expected = {i: ("eu", i) for i in range(20)} | {i: ("us", -i) for i in range(20, 80)}
+    assert table_rows(spark, spark_stack, name) == expected
+    live = {f.file_path for f in spark_stack.live_files(name)}
+    assert spark_stack.stored_files(name) == {p for p in live if p.endswith(".parquet")}
+    check_storage(spark_stack, name)
+
+
+@pytest.mark.integration
+def test_a_debezium_stream_replayed_after_a_restart_commits_once(
+    spark: SparkSession, spark_stack: Any, tmp_path: Path
+) -> None:
+    """A real Structured Streaming query over Debezium envelopes (JSON files, one per
+    micro-batch) upserts into the table; the last batch, replayed after a restart from
+    the checkpoint, is not applied again."""
+    name = spark_stack.create_table(SCHEMA, format_version=3)
+    source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
+    source.mkdir()
+    batches = [
+        [(k, "c", 1, "eu") for k in range(10)],
+        [(k, "u", 2, "us") for k in range(0, 10, 2)] + [(1, "d", 2, "eu"), (1, "c", 3, "ap")],
+        [(k, "d", 4, "us") for k in range(0, 10, 3)] + [(3, "r", 5, "eu")],
+    ]
+    expected: Table = {}
+    for n, batch in enumerate(batches):
+        expected = apply(expected, batch, n * 1000)
+        (source / f"part-{n}.json").write_text("\n".join(envelopes(batch, n * 1000)) + "\n")
+
+    def run_stream() -> None:
+        sink = ispark.foreach_batch_sink(
+            name,
+            mode="upsert",
+            envelope="debezium",
+            order_column="source.lsn",
+            config=spark_stack.config,
+        )
+        query = (
+            spark.readStream.schema(ENVELOPE)
+            .option("maxFilesPerTrigger", 1)
+            .json(str(source))
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+
+    run_stream()
+    assert table_rows(spark, spark_stack, name) == expected
+    snapshots = len(spark_stack.load(name).metadata.snapshots)
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    (checkpoint / "commits" / str(last)).unlink()
+    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)
+    run_stream()
+    assert len(spark_stack.load(name).metadata.snapshots) == snapshots
+    assert table_rows(spark, spark_stack, name) == expected
+    check_storage(spark_stack, name)
