@@ -12,6 +12,7 @@ storage. A batch replayed with its commit id is acknowledged, not applied again.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -238,7 +239,8 @@ def test_a_debezium_stream_replayed_after_a_restart_commits_once(
 ) -> None:
     """A real Structured Streaming query over Debezium envelopes (JSON files, one per
     micro-batch) upserts into the table; the last batch, replayed after a restart from
-    the checkpoint, is not applied again."""
+    the checkpoint, is not applied again. Batches apply in the stream's order: the
+    ordering column decides within a batch, the order of commits across them."""
     name = spark_stack.create_table(SCHEMA, format_version=3)
     source, checkpoint = tmp_path / "in", tmp_path / "checkpoint"
     source.mkdir()
@@ -250,7 +252,10 @@ def test_a_debezium_stream_replayed_after_a_restart_commits_once(
     expected: Table = {}
     for n, batch in enumerate(batches):
         expected = apply(expected, batch, n * 1000)
-        (source / f"part-{n}.json").write_text("\n".join(envelopes(batch, n * 1000)) + "\n")
+        part = source / f"part-{n}.json"
+        part.write_text("\n".join(envelopes(batch, n * 1000)) + "\n")
+        # the file source takes files by modification time: one batch after the other
+        os.utime(part, (1_700_000_000 + n, 1_700_000_000 + n))
 
     def run_stream() -> None:
         sink = ispark.foreach_batch_sink(
