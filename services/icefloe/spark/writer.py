@@ -476,6 +476,8 @@ def stage_write(
         )
     if keyed and merge_schema:
         raise ValidationError(f"merge_schema is not supported with mode={mode!r}")
+    if envelope == "debezium":
+        df = _debezium_payload(df)
     loaded, catalog = _BACKGROUND.run(
         _load_for_write(uri, identifier, df.schema if merge_schema else None)
     )
@@ -578,6 +580,17 @@ def stage_write(
         config=settings,
         key_files=key_files,
     )
+
+
+def _debezium_payload(df: DataFrame) -> DataFrame:
+    """Debezium's JSON converter with schemas enabled wraps each value as ``{"schema":
+    ..., "payload": {...}}``: the envelope is the payload, taken out here."""
+    if "op" in df.columns or "payload" not in df.columns:
+        return df
+    payload = df.schema["payload"].dataType
+    if isinstance(payload, st.StructType) and "op" in payload.names:
+        return df.select("payload.*")
+    return df
 
 
 def _by_key(df: DataFrame, changes: DataFrame, spec: ChangeSpec) -> DataFrame:
@@ -867,7 +880,8 @@ def write(
     paths allowed): then the row with the greatest values wins, ties going to the later
     row. ``op_column`` makes ``df`` a change stream (Debezium's ``c``, ``r``, ``u`` upsert,
     ``d`` and a null operation, a tombstone, delete), ``envelope="debezium"`` takes
-    Debezium's ``before``/``after``/``op`` envelope as it is; see
+    Debezium's ``before``/``after``/``op`` envelope as it is (or inside ``payload``, as
+    the JSON converter with schemas writes it); see
     :mod:`icefloe.spark.changes` for the fold. The rows are partitioned by key in Spark,
     folded per task, and each task writes the surviving rows as data files and every key
     it touched as one key file; the coordinator removes the keys' old rows with deletion

@@ -190,6 +190,28 @@ def test_a_debezium_stream_is_folded_by_source_position(
     assert sorted(_rows(staged.files, SCHEMA)) == [(1, "eu", "new"), (2, "us", "again")]
     assert sorted(_keys(staged)) == [(1, "eu"), (2, "us"), (3, "us")]
     staged.discard()
+    # the same messages as Debezium's JSON converter writes them with schemas enabled
+    wrapped = st.StructType(
+        [st.StructField("schema", st.StringType()), st.StructField("payload", ENVELOPE)]
+    )
+    enveloped = raw.select(
+        F.from_json(
+            F.when(F.col("value") == "null", F.lit("null")).otherwise(
+                F.concat(F.lit('{"schema": "{}", "payload": '), F.col("value"), F.lit("}"))
+            ),
+            wrapped,
+        ).alias("m")
+    ).select("m.*")
+    staged = ispark.stage_write(
+        enveloped,
+        name,
+        mode="upsert",
+        envelope="debezium",
+        order_by="source.lsn",
+        config=spark_stack.config,
+    )
+    assert sorted(_rows(staged.files, SCHEMA)) == [(1, "eu", "new"), (2, "us", "again")]
+    staged.discard()
 
     flat = spark.createDataFrame(
         [(1, "eu", "a", "c", 1), (1, "eu", None, "d", 2), (4, "eu", "b", "u", 1)],
