@@ -10,9 +10,10 @@ append             adds data files                              none: appends al
 overwrite          adds data files, removes files by path or    removed paths still live
                    by a row filter
 delete             removes files by path or by a row filter     removed paths still live
-row delta          adds data and delete files (v2+); on v3,       deleted rows' data files
-                   deletion vectors, merged with the DV (or          still live
-                   position deletes) each data file has
+row delta          adds data and delete files (v2+); deleted      deleted rows' data files
+                   positions as deletion vectors on v3 (merged      still live
+                   with the DV or position deletes each data
+                   file has), as position delete files on v2
 rewrite            replaces files with files of the same rows   every replaced file still live;
                                                                 no delete newer than the
                                                                 starting snapshot applies to
@@ -63,6 +64,7 @@ from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import MetadataBuilder
 from icefloe.partition import PartitionSpec
+from icefloe.position_delete_file import build_position_delete_file
 from icefloe.snapshot import (
     MAIN_BRANCH,
     Operation,
@@ -128,6 +130,9 @@ class SnapshotProducer:
         self._delete_filter: FileFilter | None = None
         self._new_manifests: list[ManifestFile] | None = None
         self._written: list[str] = []  # every file any attempt wrote, for clean-up
+        # Delete files written per attempt (DV Puffin files, v2 position delete files): kept
+        # after the commit only if the committed snapshot's own delete manifests name them.
+        self._attempt_deletes: set[str] = set()
         # Manifest bytes by path, kept only when the reader has a writer to persist them with.
         self._manifest_bytes: dict[str, bytes] = {}
         self._attempts = 0
@@ -162,18 +167,21 @@ class SnapshotProducer:
     def delete_positions(
         self, data_file: DataFile, positions: Iterable[int] | DeletionVector
     ) -> SnapshotProducer:
-        """Delete rows of ``data_file`` by position, as a deletion vector (v3 tables).
+        """Delete rows of ``data_file`` by position: a deletion vector on v3 tables, a
+        position delete file on v2.
 
-        At commit the positions are merged with the DV (or file-scoped position delete
+        v3: at commit the positions are merged with the DV (or file-scoped position delete
         files) the file already has, and the merged DV replaces them, so the snapshot holds
-        at most one DV per data file (spec: "Deletion Vectors"). The data file must still
-        be live in the snapshot committed on, or the commit is refused.
+        at most one DV per data file (spec: "Deletion Vectors"). v2: each attempt writes one
+        position delete file per partition (:mod:`icefloe.position_delete_file`) beside
+        whatever deletes the file has. Either way the data file must still be live in the
+        snapshot committed on (or be added by this snapshot), or the commit is refused.
         """
         version = self.table.metadata.format_version
-        if version < 3:
+        if version < 2:
             raise ValidationError(
-                f"deletion vectors need format v3; table {self.table.identifier} is "
-                f"v{version}: write a position delete file instead"
+                f"row-level deletes need format v2 or later; table {self.table.identifier} is "
+                f"v{version}"
             )
         if data_file.content != DataFileContent.DATA:
             raise ValidationError(f"{data_file.file_path}: deleted positions need a data file")
@@ -193,6 +201,17 @@ class SnapshotProducer:
             dv if previous is None else previous[1].union(dv),
         )
         return self
+
+    def clear_deleted_positions(self) -> SnapshotProducer:
+        """Forget every position given to :meth:`delete_positions`: for callers that decide
+        what to delete again on each attempt's base (the coordinator's upserts)."""
+        self._dv_positions.clear()
+        return self
+
+    @property
+    def deletes_positions(self) -> bool:
+        """Whether positions are to be deleted (given to :meth:`delete_positions`)."""
+        return any(len(dv) for _, dv in self._dv_positions.values())
 
     def add_files(self, files: Iterable[DataFile]) -> SnapshotProducer:
         for f in files:
@@ -446,10 +465,12 @@ class SnapshotProducer:
         if not self._dv_positions and not self._added_dvs:
             return [], set()
         if base.format_version < 3:
-            raise ValidationError(
-                f"deletion vectors need format v3; table {self.table.identifier} is "
-                f"v{base.format_version}"
-            )
+            if self._added_dvs:
+                raise ValidationError(
+                    f"deletion vectors need format v3; table {self.table.identifier} is "
+                    f"v{base.format_version}"
+                )
+            return await self._position_delete_files(base, parent_manifests), set()
         specs = base.specs()
         sources: dict[str, list[DeletionVector | DataFile]] = defaultdict(list)
         for path, (_, dv) in self._dv_positions.items():
@@ -476,13 +497,7 @@ class SnapshotProducer:
                         replaced[f.referenced_data_file].append(f)
                     elif f.referenced_data_file is None and not is_deletion_vector(f):
                         partition_scoped.append(f)
-        missing = sorted(targets - set(live))
-        if missing:
-            raise ValidationConflictError(
-                f"cannot delete rows of {len(missing)} data file(s) of {self.table.identifier} "
-                f"that are no longer live (removed or rewritten concurrently?): "
-                f"{', '.join(missing[:5])}; plan the delete again"
-            )
+        self._check_live(targets, live)
         vectors: list[tuple[DataFile, DeletionVector]] = []
         entries: list[DataFile] = []  # caller-written DVs that need no merging, as they are
         doomed: set[tuple[str, int | None]] = set()
@@ -521,9 +536,65 @@ class SnapshotProducer:
             location = f"{data_dir(base)}/{uuid.uuid4()}-deletes.puffin"
             built = build_deletion_vector_file(location, vectors)
             self._written.append(location)
+            self._attempt_deletes.add(location)
             await self.table.io.write_once(location, built.data)
             entries.extend(built.entries)
         return entries, doomed
+
+    def _check_live(self, targets: set[str], live: Mapping[str, DataFile]) -> None:
+        missing = sorted(targets - set(live))
+        if missing:
+            raise ValidationConflictError(
+                f"cannot delete rows of {len(missing)} data file(s) of {self.table.identifier} "
+                f"that are no longer live (removed or rewritten concurrently?): "
+                f"{', '.join(missing[:5])}; plan the delete again"
+            )
+
+    async def _position_delete_files(
+        self, base: TableMetadata, parent_manifests: list[ManifestFile]
+    ) -> list[DataFile]:
+        """v2: the position delete files this attempt adds, one per partition, for the
+        positions given to :meth:`delete_positions` (existing deletes stay as they are)."""
+        targets = {path for path, (_, dv) in self._dv_positions.items() if len(dv)}
+        if not targets:
+            return []
+        live: dict[str, DataFile] = {
+            f.file_path: f
+            for f in self._added
+            if f.content == DataFileContent.DATA and f.file_path in targets
+        }
+        specs = base.specs()
+        for manifest in parent_manifests:
+            if manifest.content != ManifestContent.DATA or not _has_live(manifest):
+                continue
+            for e in await self.reader.entries(manifest, specs, live_only=True):
+                if e.data_file.file_path in targets:
+                    live[e.data_file.file_path] = e.data_file
+        self._check_live(targets, live)
+        groups: dict[tuple[int, tuple[Any, ...]], dict[str, Any]] = defaultdict(dict)
+        for path in sorted(targets):
+            data_file = live[path]
+            positions = self._dv_positions[path][1].to_numpy()
+            if positions[-1] >= data_file.record_count:
+                raise ValidationError(
+                    f"deletes for {path} name positions past its {data_file.record_count} rows"
+                )
+            groups[(data_file.spec_id, data_file.partition)][path] = positions
+        out = []
+        for (spec_id, partition), positions_by_path in groups.items():
+            location = f"{data_dir(base)}/{uuid.uuid4()}-deletes.parquet"
+            data, delete_file = build_position_delete_file(
+                location,
+                positions_by_path,
+                spec_id=spec_id,
+                partition=partition,
+                properties=base.properties,
+            )
+            self._written.append(location)
+            self._attempt_deletes.add(location)
+            await self.table.io.write_once(location, data)
+            out.append(delete_file)
+        return out
 
     async def _positions_of(self, delete_file: DataFile, data_path: str) -> DeletionVector:
         """Positions an existing DV or position delete file holds for ``data_path``."""
@@ -731,7 +802,7 @@ class SnapshotProducer:
                     *(m.manifest_path for m in manifests),
                 }
                 try:
-                    dv_files = await self._referenced_dv_files(committed, manifests)
+                    dv_files = await self._referenced_attempt_deletes(committed, manifests)
                 except Exception:
                     keep = None  # cannot tell which DV files are referenced: delete nothing
                 else:
@@ -763,11 +834,12 @@ class SnapshotProducer:
         metadata = committed.metadata
         writer.submit(ours, metadata.specs(), metadata.schema())
 
-    async def _referenced_dv_files(
+    async def _referenced_attempt_deletes(
         self, committed: Table, manifests: list[ManifestFile]
     ) -> set[str]:
-        """The Puffin files this snapshot's own delete manifests reference (of those written)."""
-        written = {p for p in self._written if p.endswith("-deletes.puffin")}
+        """The delete files written per attempt (DV Puffin files, v2 position delete files)
+        that this snapshot's own delete manifests reference."""
+        written = self._attempt_deletes
         if not written:
             return set()
         out: set[str] = set()

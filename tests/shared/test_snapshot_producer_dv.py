@@ -193,12 +193,38 @@ async def test_parquet_position_deletes_are_refused_on_v3(catalog: FileSystemCat
         row_delta(table, [], [position_file])
 
 
-async def test_deletion_vectors_are_refused_before_v3(catalog: FileSystemCatalog) -> None:
+async def test_deleted_positions_are_position_delete_files_on_v2(
+    catalog: FileSystemCatalog,
+) -> None:
+    """v2 has no DVs: positions become one sorted position delete file per partition, kept
+    beside the deletes a file already has; v1 has no row-level deletes at all."""
+    table = await new_table(catalog, version=2)
+    a = data_file(table, "a", range(3))
+    b = data_file(table, "b", range(10, 14))
+    table = await fast_append(table, [a, b]).commit()
+    table = await row_delta(table, [], [], deleted_positions=[(a, [2, 0]), (b, [1])]).commit()
+    assert await ids(table) == [1, 10, 12, 13]
+    (first,) = await live_deletes(table)
+    assert first.content == DataFileContent.POSITION_DELETES and first.referenced_data_file is None
+    assert first.record_count == 3 and first.file_path.endswith("-deletes.parquet")
+    table = await row_delta(table, [], [], deleted_positions=[(b, [3, 1])]).commit()
+    assert await ids(table) == [1, 10, 12]
+    deletes = await live_deletes(table)
+    assert len(deletes) == 2
+    assert {d.referenced_data_file for d in deletes} == {None, b.file_path}
+    summary = table.metadata.current_snapshot().summary  # type: ignore[union-attr]
+    assert summary is not None and summary["added-position-delete-files"] == "1"
+    v1 = await catalog.create_table(TableIdentifier(("db",), "t1"), SCHEMA, format_version=1)
+    c = data_file(v1, "c", range(2))
+    v1 = await fast_append(v1, [c]).commit()
+    with pytest.raises(ValidationError, match="need format v2"):
+        row_delta(v1, [], [], deleted_positions=[(c, [0])])
+
+
+async def test_deletion_vector_files_are_refused_before_v3(catalog: FileSystemCatalog) -> None:
     table = await new_table(catalog, version=2)
     a = data_file(table, "a", range(3))
     table = await fast_append(table, [a]).commit()
-    with pytest.raises(ValidationError, match="need format v3"):
-        row_delta(table, [], [], deleted_positions=[(a, [0])])
     dv = DataFile(
         file_path="d.puffin",
         file_format="puffin",

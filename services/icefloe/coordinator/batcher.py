@@ -17,14 +17,16 @@ A *unit* is one commit id that became ready:
 Batches
 -------
 Ready units are committed in arrival order, one batch at a time (at most one in flight).
-A run of consecutive *append* units for the same branch, with snapshot properties that do
-not contradict each other, becomes one snapshot when any of these holds:
+A run of consecutive *append* units, or of consecutive *upsert* units, for the same branch,
+with snapshot properties that do not contradict each other, becomes one snapshot when any of
+these holds (upserts of a run are resolved in their order, each seeing the rows of those
+before it, so batching them changes nothing a reader can see):
 
 * its files reach ``max-files``, or its bytes ``max-bytes`` (the batch stops at the unit
   that crosses the limit, so a flood is cut into limit-sized snapshots);
 * its oldest unit has been ready for ``max-wait-ms``;
-* something else is queued behind it (a non-append unit, another branch): waiting longer
-  could only delay that unit;
+* something else is queued behind it (a unit of another operation, another branch):
+  waiting longer could only delay that unit;
 * the service is draining (shutting down).
 
 Every other operation (overwrite, row delta, rewrite) is committed alone, as soon as it is
@@ -61,6 +63,8 @@ from icefloe.events import CommitOperation, CommitRequested, FilesWritten
 BATCH_MAX_FILES = "icefloe.batch.max-files"
 BATCH_MAX_BYTES = "icefloe.batch.max-bytes"
 BATCH_MAX_WAIT_MS = "icefloe.batch.max-wait-ms"
+
+_BATCHABLE = frozenset({CommitOperation.APPEND, CommitOperation.UPSERT})
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -235,6 +239,11 @@ class Unit:
         return self.request.operation == CommitOperation.APPEND
 
     @property
+    def is_batchable(self) -> bool:
+        """Whether runs of this unit's operation share a snapshot (appends, upserts)."""
+        return self.request.operation in _BATCHABLE
+
+    @property
     def data_files(self) -> list[DataFile]:
         return [f for p in self.selected for f in p.data_files]
 
@@ -281,7 +290,8 @@ class Unit:
 
 @dataclass(frozen=True, slots=True)
 class Batch:
-    """Units committed together as one snapshot (several only when all are appends)."""
+    """Units committed together as one snapshot (several only when all are appends or all
+    are upserts)."""
 
     units: tuple[Unit, ...]
     trigger: str
@@ -297,6 +307,11 @@ class Batch:
     @property
     def is_append(self) -> bool:
         return all(u.is_append for u in self.units)
+
+    @property
+    def operation(self) -> CommitOperation:
+        """The operation of its units (a batch of several holds one operation)."""
+        return self.units[0].operation
 
     @property
     def file_count(self) -> int:
@@ -518,7 +533,11 @@ class TableBatcher:
             )
         chosen = {e.event_id for e in selection.selected}
         left_out = {e.event_id for e in selection.excluded}
-        needs_files = request.operation in (CommitOperation.APPEND, CommitOperation.ROW_DELTA)
+        needs_files = request.operation in (
+            CommitOperation.APPEND,
+            CommitOperation.ROW_DELTA,
+            CommitOperation.UPSERT,
+        )
         if needs_files and not chosen:
             return Admitted(
                 Admission.NO_FILES,
@@ -608,7 +627,7 @@ class TableBatcher:
         if self._in_flight is not None or not self._ready:
             return None
         head = self._ready[0]
-        if not head.is_append:
+        if not head.is_batchable:
             return head.ready_at
         return head.ready_at + self.limits.max_wait_ms / 1000.0
 
@@ -619,7 +638,7 @@ class TableBatcher:
         head = self._ready[0]
         units: list[Unit] = []
         trigger: str | None = None
-        if not head.is_append:
+        if not head.is_batchable:
             units, trigger = [head], "alone"
         else:
             files = size = 0
@@ -628,7 +647,7 @@ class TableBatcher:
             for unit in self._ready:
                 props = unit.request.snapshot_properties
                 if (
-                    not unit.is_append
+                    unit.operation != head.operation
                     or unit.branch != head.branch
                     or _properties_conflict(merged, props)
                 ):

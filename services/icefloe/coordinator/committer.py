@@ -75,6 +75,14 @@ from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
 from icefloe.commit_index import CommitIndex
 from icefloe.commit_index import summary_commit_ids as summary_commit_ids
 from icefloe.coordinator.batcher import Unit
+from icefloe.coordinator.upsert import (
+    KeyIndexOpener,
+    UnitRefused,
+    UpsertResolution,
+    check_key_files,
+    is_upsert,
+    key_ids_of,
+)
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import (
     CommitFailedError,
@@ -89,6 +97,7 @@ from icefloe.evaluators import MetricsEvaluator, StrictMetricsEvaluator, compile
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
 from icefloe.expressions import BooleanExpression
 from icefloe.fileio import FileInfo, FileIO, parse_location
+from icefloe.key_index import KeyIndex
 from icefloe.manifest import ManifestEntryStatus
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
@@ -501,8 +510,25 @@ class _Reshape(IcefloeError):
 
 @dataclass(slots=True)
 class _LiveFiles:
+    """The files live in a branch at ``snapshot_id``: every path, and for keyed tables the
+    data files themselves (``data``, slimmed by :func:`_slim`), which upserts resolve to."""
+
     snapshot_id: int | None
     paths: set[str]
+    data: dict[str, DataFile] | None = None
+
+
+def _slim(f: DataFile, key_ids: frozenset[int]) -> DataFile:
+    """A live data file as the key index needs it: no column metrics but the keys' bounds."""
+    return f.copy(
+        column_sizes=None,
+        value_counts=None,
+        null_value_counts=None,
+        nan_value_counts=None,
+        lower_bounds={k: v for k, v in (f.lower_bounds or {}).items() if k in key_ids} or None,
+        upper_bounds={k: v for k, v in (f.upper_bounds or {}).items() if k in key_ids} or None,
+        split_offsets=None,
+    )
 
 
 class TableCommitter:
@@ -524,6 +550,7 @@ class TableCommitter:
         history_limit: int = DEFAULT_HISTORY_LIMIT,
         reader: ManifestReader | None = None,
         retry_policy: RetryPolicy | None = None,
+        open_key_index: KeyIndexOpener | None = None,
     ) -> None:
         self.catalog = catalog
         self.identifier = TableIdentifier.parse(identifier)
@@ -539,6 +566,9 @@ class TableCommitter:
         self._live: dict[str, _LiveFiles] = {}
         self.index = CommitIndex()
         self.restart_positions = False  # set when the source topic was found re-created
+        self.open_key_index: KeyIndexOpener = open_key_index or KeyIndex.open
+        self._key_index: KeyIndex | None = None
+        self._key_index_for: tuple[str, tuple[int, ...]] | None = None
 
     @property
     def name(self) -> str:
@@ -581,15 +611,43 @@ class TableCommitter:
     async def live_paths(self, metadata: TableMetadata, branch: str) -> set[str]:
         """Paths of the data and delete files live in ``branch`` (kept up to date by
         applying each new snapshot's own manifest entries to the last known set)."""
+        return (await self._live_files(metadata, branch, with_data=False)).paths
+
+    async def live_data_files(self, metadata: TableMetadata, branch: str) -> dict[str, DataFile]:
+        """The data files live in ``branch``, by path (kept up to date like
+        :meth:`live_paths`; for keyed tables, whose upserts resolve keys to them)."""
+        live = await self._live_files(metadata, branch, with_data=True)
+        assert live.data is not None
+        return live.data
+
+    async def _live_files(
+        self, metadata: TableMetadata, branch: str, *, with_data: bool
+    ) -> _LiveFiles:
         head = metadata.snapshot_by_ref(branch)
         head_id = None if head is None else head.snapshot_id
         cached = self._live.get(branch)
+        if cached is not None and with_data and cached.data is None:
+            cached = None  # data files were not kept: read them once
         if cached is not None and cached.snapshot_id == head_id:
-            return cached.paths
+            return cached
         specs = metadata.specs()
-        if head is None:
-            live = _LiveFiles(None, set())
-        else:
+        key_ids = frozenset(metadata.schema().identifier_field_ids)
+        data: dict[str, DataFile] | None = (
+            None if not with_data and (cached is None or cached.data is None) else {}
+        )
+
+        def add(f: DataFile) -> None:
+            paths.add(f.file_path)
+            if data is not None and f.content == DataFileContent.DATA:
+                data[f.file_path] = _slim(f, key_ids)
+
+        def remove(path: str) -> None:
+            paths.discard(path)
+            if data is not None:
+                data.pop(path, None)
+
+        paths: set[str] = set()
+        if head is not None:
             newer: list[Snapshot] = []
             found = False
             if cached is not None and cached.snapshot_id is not None:
@@ -602,6 +660,8 @@ class TableCommitter:
                         break
             if found and cached is not None:
                 paths = set(cached.paths)
+                if data is not None and cached.data is not None:
+                    data.update(cached.data)
                 for snapshot in reversed(newer):
                     for manifest in await self.reader.manifests(snapshot):
                         if manifest.added_snapshot_id != snapshot.snapshot_id:
@@ -610,17 +670,93 @@ class TableCommitter:
                             if entry.snapshot_id != snapshot.snapshot_id:
                                 continue
                             if entry.status == ManifestEntryStatus.ADDED:
-                                paths.add(entry.data_file.file_path)
+                                add(entry.data_file)
                             elif entry.status == ManifestEntryStatus.DELETED:
-                                paths.discard(entry.data_file.file_path)
+                                remove(entry.data_file.file_path)
             else:
-                paths = set()
                 for manifest in await self.reader.manifests(head):
                     for entry in await self.reader.entries(manifest, specs, live_only=True):
-                        paths.add(entry.data_file.file_path)
-            live = _LiveFiles(head_id, paths)
+                        add(entry.data_file)
+        live = _LiveFiles(head_id, paths, data)
         self._live[branch] = live
-        return live.paths
+        return live
+
+    async def key_index(self, metadata: TableMetadata) -> KeyIndex:
+        """The table's key index, opened (from its last checkpoint) on first use and again
+        when the table's identifier fields or location change."""
+        schema = metadata.schema()
+        wanted = (metadata.location, tuple(schema.identifier_field_ids))
+        if self._key_index is None or self._key_index_for != wanted:
+            self._key_index = await self.open_key_index(
+                self.catalog.io, metadata.location, schema, wanted[1]
+            )
+            self._key_index_for = wanted
+        return self._key_index
+
+    def discard_staged_keys(self) -> None:
+        """An upsert attempt will not commit: the key index forgets the files it staged."""
+        if self._key_index is not None:
+            self._key_index.discard_staged()
+
+    def drop_key_index(self) -> None:
+        """Forget the key index (after a failure it may not be trusted): the next upsert
+        opens it again from its last checkpoint and syncs it to the table."""
+        self._key_index = None
+        self._key_index_for = None
+
+    async def _checkpoint_key_index(self, metadata: TableMetadata, branch: str) -> None:
+        """After an upsert commit: cover the committed snapshot (what the attempt staged is
+        now live) and let the index persist what a new owner needs. Never fails the commit
+        (it is done): an index in doubt is dropped and rebuilt from its checkpoint."""
+        index = self._key_index
+        if index is None:
+            return
+        try:
+            await index.sync(await self.live_data_files(metadata, branch))
+            await index.checkpoint()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning(
+                "key index of %s could not be checkpointed (%s: %s); it will be reopened",
+                self.name,
+                type(e).__name__,
+                e,
+                extra={"table": self.name},
+            )
+            self.drop_key_index()
+
+    async def delete_key_files(self, units: Sequence[Unit]) -> None:
+        """Delete the key files of committed (or already applied) upsert units: they are in
+        no snapshot and nothing reads them again. Best effort: one left behind is an
+        orphan for the maintenance's orphan clean-up."""
+        paths = [
+            f.file_path
+            for u in units
+            if u.operation == CommitOperation.UPSERT
+            for f in u.delete_files
+        ]
+        if not paths:
+            return
+        io = self.catalog.io
+        limit = asyncio.Semaphore(self.file_check_concurrency)
+
+        async def delete(path: str) -> None:
+            async with limit:
+                try:
+                    await io.delete(path)
+                except NotFoundError:
+                    pass
+                except Exception as e:
+                    log.warning(
+                        "could not delete key file %s of %s: %s",
+                        path,
+                        self.name,
+                        e,
+                        extra={"table": self.name},
+                    )
+
+        await asyncio.gather(*(delete(p) for p in paths))
 
     # -- checks on incoming events ---------------------------------------------------------
 
@@ -713,6 +849,8 @@ class TableCommitter:
             raise EventRejectedError(
                 "invalid-request", f"{what}: {request.target_branch!r} is a tag, not a branch"
             )
+        if request.operation == CommitOperation.UPSERT:
+            key_ids_of(metadata, f"{what} on table {self.name}")
         if request.operation == CommitOperation.ROW_DELTA and metadata.format_version < 2:
             raise EventRejectedError(
                 "invalid-request",
@@ -761,10 +899,12 @@ class TableCommitter:
         while remaining:
             token = _COMMITTING.set(self.hooks)
             producer: _UnitsProducer | None = None
+            committed_ok = False
             try:
                 table = await self.current()
                 producer = _UnitsProducer(self, table, remaining, resume_offset, position)
                 committed = await producer.commit(self.retry_policy)
+                committed_ok = True
             except _Reshape as r:
                 outcome.already_committed.update(r.already)
                 outcome.rejected.extend(r.rejected)
@@ -808,6 +948,8 @@ class TableCommitter:
                 _COMMITTING.reset(token)
                 if producer is not None:
                     _add_stats(outcome.stats, producer.stats)
+                    if producer.upsert is not None and not committed_ok:
+                        self.discard_staged_keys()
             self.hooks.on_stage("after-swap")
             self.table = committed
             outcome.table = committed
@@ -819,6 +961,8 @@ class TableCommitter:
             outcome.snapshots.append((snapshot, remaining))
             remaining = []
             await self._advance_live(committed.metadata, snapshot, producer)
+            if producer.upsert is not None:
+                await self._checkpoint_key_index(committed.metadata, producer.branch)
         outcome.table = self.table or outcome.table
         return outcome
 
@@ -828,12 +972,18 @@ class TableCommitter:
         """Bring the live-file set to our new snapshot: an append on top of the known head
         only adds its files (no need to read back what we just wrote)."""
         cached = self._live.get(producer.branch)
+        summary = snapshot.summary
         if (
-            producer.operation == Operation.APPEND
+            summary is not None
+            and summary.operation == Operation.APPEND
             and cached is not None
             and cached.snapshot_id == snapshot.parent_snapshot_id
         ):
-            cached.paths.update(f.file_path for u in producer.units for f in u.data_files)
+            added = [f for u in producer.units for f in u.data_files]
+            cached.paths.update(f.file_path for f in added)
+            if cached.data is not None:
+                key_ids = frozenset(metadata.schema().identifier_field_ids)
+                cached.data.update((f.file_path, _slim(f, key_ids)) for f in added)
             cached.snapshot_id = snapshot.snapshot_id
             return
         await self.live_paths(metadata, producer.branch)
@@ -895,6 +1045,13 @@ class TableCommitter:
             if unit.commit_id in already:
                 continue
             problem: EventRejectedError | None = None
+            if unit.operation == CommitOperation.UPSERT:
+                try:
+                    what = f"upsert commit id {unit.commit_id!r} on table {self.name}"
+                    check_key_files(unit, key_ids_of(table.metadata, what), self.name)
+                except EventRejectedError as e:
+                    rejected.append((unit, e))
+                    continue
             for f in (*unit.data_files, *unit.delete_files):
                 if f.file_path in live:
                     problem = EventRejectedError(
@@ -935,6 +1092,38 @@ class TableCommitter:
             SUMMARY_OFFSETS: json.dumps(offsets, separators=(",", ":"), sort_keys=True),
             SUMMARY_POSITIONS: json.dumps(positions, separators=(",", ":"), sort_keys=True),
         }
+
+    async def resolve_upserts(
+        self, producer: SnapshotProducer, resolution: UpsertResolution, table: Table
+    ) -> None:
+        """Resolve an upsert batch on ``table`` (this attempt's base) into ``producer``'s
+        deletes (see :mod:`icefloe.coordinator.upsert`). A unit that cannot be resolved is
+        refused through _Reshape; one whose file is gone is first looked for in the table
+        (another committer may have applied it and deleted its key files)."""
+        metadata = table.metadata
+        index = await self.key_index(metadata)
+        index.discard_staged()
+        try:
+            await index.sync(await self.live_data_files(metadata, producer.branch))
+            await resolution.resolve(
+                index,
+                self.catalog.io,
+                metadata.schema(),
+                await self.live_data_files(metadata, producer.branch),
+                producer,
+            )
+        except UnitRefused as r:
+            index.discard_staged()
+            if r.maybe_committed:
+                fresh = await self.load()
+                self.index.update(fresh.metadata)
+                snapshot_id = self.index.get(r.unit.commit_id)
+                if snapshot_id is not None:
+                    raise _Reshape({r.unit.commit_id: snapshot_id}, []) from None
+            raise _Reshape({}, [(r.unit, r.error)]) from None
+        except BaseException:
+            index.discard_staged()
+            raise
 
     async def check_base(self, table: Table, unit: Unit) -> None:
         """For a request with ``base-snapshot-id``: the base must still be in the branch's
@@ -1069,9 +1258,11 @@ class _UnitsProducer(SnapshotProducer):
         self.resume_offset = resume_offset
         self.position = position
         data_files = [f for u in units for f in u.data_files]
-        delete_files = [f for u in units for f in u.delete_files]
         self.add_files(data_files)
-        self.add_files(delete_files)
+        # An upsert's delete files are key files: resolved on each base, never committed.
+        self.upsert = UpsertResolution(units, committer.name) if is_upsert(units) else None
+        if self.upsert is None:
+            self.add_files([f for u in units for f in u.delete_files])
         if len(units) == 1:
             request = units[0].request
             if request.operation == CommitOperation.OVERWRITE:
@@ -1087,7 +1278,7 @@ class _UnitsProducer(SnapshotProducer):
 
     async def build(self, table: Table) -> TableMetadata:
         await self.committer.check_units(table, self.units)
-        if len(self.units) == 1:
+        if self.upsert is None and len(self.units) == 1:
             await self.committer.check_base(table, self.units[0])
         self.snapshot_properties = {
             **self.user_properties,
@@ -1095,6 +1286,16 @@ class _UnitsProducer(SnapshotProducer):
                 table.metadata, self.units, self.resume_offset, self.position
             ),
         }
-        metadata = await super().build(table)
+        if self.upsert is None:
+            metadata = await super().build(table)
+        else:
+            try:
+                await self.committer.resolve_upserts(self, self.upsert, table)
+                metadata = await super().build(table)
+            except ValidationConflictError as e:
+                # Resolved on this very base, so a row in a file that is not live means the
+                # index is out of step: resolve again on a fresh base, never refuse.
+                self.committer.drop_key_index()
+                raise CommitFailedError(f"upsert to {self.committer.name}: {e}") from e
         self.committer.hooks.on_stage("after-manifests")
         return metadata

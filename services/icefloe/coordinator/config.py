@@ -68,6 +68,15 @@ class CoordinatorConfig(BaseSettings, KafkaSettings):
     )
     planner_cache_disk_max_bytes: int = Field(8 << 30, ge=0, description="its budget")
     file_check_concurrency: int = Field(32, ge=1)
+    key_index_memory_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        description=(
+            "memory budget of each keyed table's key index, which upserts resolve keys "
+            "through (taken by the scalable index; the in-memory reference index does not "
+            "bound itself)"
+        ),
+    )
     abandon_after_ms: int = Field(
         600_000,
         ge=1,

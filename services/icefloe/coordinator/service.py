@@ -23,7 +23,10 @@ table itself:
 1. *Units.* A commit id becomes ready with its commit-requested (taking the files-written
    events it names, leaving other attempts' files out and reporting them as orphans) or as a
    files-written event with ``complete: true``. Units commit in arrival order; runs of
-   appends are batched into one snapshot (:mod:`icefloe.coordinator.batcher`).
+   appends, and runs of upserts, are batched into one snapshot
+   (:mod:`icefloe.coordinator.batcher`). Upserts are resolved in that order into row
+   deletes (:mod:`icefloe.coordinator.upsert`); their key files are deleted once the
+   commit holding them is announced.
 2. *The table records what it holds.* Each snapshot's summary carries ``icefloe.commit-ids``,
    ``icefloe.offsets`` (the table's safe resume point per source partition: every one of its
    events below it is done) and ``icefloe.positions`` (how far the committer had read, as a
@@ -103,6 +106,7 @@ from icefloe.coordinator.committer import (
 )
 from icefloe.coordinator.config import CoordinatorConfig, add_arguments, overrides_from_args
 from icefloe.coordinator.maintenance import MaintenanceRunner, producer_publish, settings_from
+from icefloe.coordinator.upsert import KeyIndexOpener
 from icefloe.datafile import DataFile
 from icefloe.decoded_writer import DecodedManifestWriter
 from icefloe.errors import (
@@ -121,6 +125,7 @@ from icefloe.events import (
     now_ms,
     parse_event,
 )
+from icefloe.key_index import KeyIndex
 from icefloe.manifest_reader import ManifestReader
 from icefloe.manifest_store import ManifestStore
 from icefloe.retry import Backoff, Retry, RetryEvent
@@ -321,6 +326,7 @@ class TableWorker:
             file_check_concurrency=coordinator.config.file_check_concurrency,
             hooks=coordinator.hooks,
             reader=coordinator.reader,
+            open_key_index=coordinator.open_key_index,
         )
         self.inbox: deque[tuple[_Record, FilesWritten | CommitRequested]] = deque()
         self.task: asyncio.Task[None] | None = None
@@ -726,7 +732,7 @@ class TableWorker:
                     self.coordinator.metrics.skipped.labels("replayed").inc()
                     self.batcher.release(record.offset)
                     return
-            if all(path in paths for path in event.file_paths):
+            if all(path in paths for path in _committed_paths(event)):
                 self.coordinator.metrics.skipped.labels("replayed").inc()
                 self.batcher.release(record.offset)
                 return
@@ -849,6 +855,10 @@ class TableWorker:
             await self._publish_outcome(outcome, batch)
         except Exception:  # announcements are informational: never block the table on them
             log.exception("publishing the results of %s failed", self.table, extra=self._extra())
+        # Key files of upserts now in the table are read by nothing again.
+        await self.committer.delete_key_files(
+            [u for u in batch.units if u.commit_id in outcome.snapshots_by_commit_id]
+        )
         try:
             for unit, error in outcome.rejected:
                 await coordinator.dead_letter(
@@ -952,6 +962,16 @@ class TableWorker:
         await self.coordinator.publish_results(messages)
 
 
+def _committed_paths(event: FilesWritten) -> list[str]:
+    """The files of an event that a snapshot holding its commit id holds: all of them but
+    equality-delete files, which are an upsert's key files (resolved, never committed)."""
+    return [
+        f["file-path"]
+        for f in (*event.data_files, *event.delete_files)
+        if f.get("content") != "equality-deletes"
+    ]
+
+
 def _unit_commit_id(event: FilesWritten | CommitRequested) -> str | None:
     """The commit id an event makes ready by itself (a request or a streaming event)."""
     if isinstance(event, CommitRequested):
@@ -1030,6 +1050,10 @@ class Coordinator:
         self.default_limits = BatchLimits(
             config.batch_max_files, config.batch_max_bytes, config.batch_max_wait_ms
         )
+        # Every table's key index opens here: the one place its settings are bound. The
+        # scalable index (branch keyindex) takes its budget as a keyword of KeyIndex.open;
+        # once merged, bind config.key_index_memory_bytes to it here.
+        self.open_key_index: KeyIndexOpener = KeyIndex.open
         self.metrics = CoordinatorMetrics()
         if self.reader.decoded_writer is not None:
             self.metrics.registry.register(_PlannerCacheCollector(self.reader.decoded_writer))

@@ -132,13 +132,23 @@ def redis_stack(kafka_broker: str, redis_server: str, tmp_path: Path) -> Stack:
     return Stack(kafka_broker, redis_uri(redis_server, warehouse), warehouse)
 
 
-async def create_tables(uri: str, names: list[str], **properties: str) -> dict[str, Table]:
+async def create_tables(
+    uri: str,
+    names: list[str],
+    *,
+    schema: Schema = SCHEMA,
+    spec: PartitionSpec = SPEC,
+    format_version: int = 2,
+    **properties: str,
+) -> dict[str, Table]:
     catalog = load_catalog(uri)
     try:
         if not await catalog.namespace_exists("db"):
             await catalog.create_namespace("db")
         return {
-            name: await catalog.create_table(name, SCHEMA, SPEC, properties=properties)
+            name: await catalog.create_table(
+                name, schema, spec, properties=properties, format_version=format_version
+            )
             for name in names
         }
     finally:

@@ -206,9 +206,16 @@ EXTRA_PROCESSES: list[CoordinatorProcess] = []  # more replicas a test started; 
 
 @contextlib.asynccontextmanager
 async def harness(
-    stack: Stack, tmp_path: Path, tables: list[str], **changes: Any
+    stack: Stack,
+    tmp_path: Path,
+    tables: list[str],
+    *,
+    table_options: dict[str, Any] | None = None,
+    **changes: Any,
 ) -> AsyncIterator[tuple[CoordinatorProcess, Outputs, Writers, Catalog]]:
-    created = await create_tables(stack.catalog_uri, tables)
+    """``table_options`` go to :func:`create_tables` (schema, spec, format version), the
+    rest to the coordinator process's settings."""
+    created = await create_tables(stack.catalog_uri, tables, **(table_options or {}))
     await create_topics(stack)
     producer = await producer_for(stack)
     catalog = load_catalog(stack.catalog_uri)

@@ -166,6 +166,41 @@ def test_non_append_units_commit_alone_and_in_order() -> None:
     assert third is not None and third.commit_ids == ["a3"] and third.trigger == "draining"
 
 
+def test_runs_of_upserts_batch_like_appends_and_apart_from_them() -> None:
+    feed = Feed(BatchLimits(max_files=100, max_bytes=1 << 40, max_wait_ms=5000))
+    upsert = CommitOperation.UPSERT
+    feed.append("a1")
+    for c in ("u1", "u2"):
+        feed.files(c)
+        assert feed.request(c, upsert).admission is Admission.READY
+    feed.append("a2")
+    for c in ("u3", "u4"):
+        feed.files(c)
+        feed.request(c, upsert)
+    first = feed.batcher.take_batch()
+    assert first is not None and (first.commit_ids, first.trigger) == (["a1"], "blocked")
+    feed.batcher.complete(first, {"a1": 1})
+    second = feed.batcher.take_batch()
+    assert second is not None and (second.commit_ids, second.trigger) == (["u1", "u2"], "blocked")
+    assert second.operation is upsert
+    feed.batcher.complete(second, {"u1": 2, "u2": 2})
+    third = feed.batcher.take_batch()
+    assert third is not None and third.commit_ids == ["a2"]
+    feed.batcher.complete(third, {"a2": 3})
+    # a run of upserts at the head waits for its limits like appends do
+    assert feed.batcher.take_batch() is None
+    assert feed.batcher.next_deadline() == pytest.approx(feed.clock.now + 5.0)
+    feed.clock.now += 5.0
+    fourth = feed.batcher.take_batch()
+    assert fourth is not None and (fourth.commit_ids, fourth.trigger) == (["u3", "u4"], "max-wait")
+
+
+def test_an_upsert_that_selects_no_files_is_refused() -> None:
+    feed = Feed()
+    admitted = feed.request("u1", CommitOperation.UPSERT)
+    assert admitted.admission is Admission.NO_FILES and "selects no files" in admitted.reason
+
+
 def test_other_branch_and_contradicting_properties_split_batches() -> None:
     feed = Feed()
     feed.files("c1")
