@@ -15,6 +15,7 @@ no redundant or colliding fields.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -471,6 +472,34 @@ class PartitionSpecBuilder:
         self._dedup[key] = new_field
 
 
+# day(ts) | bucket(16, id) | truncate(4, name) | id
+_PARTITION_TERM = re.compile(r"^\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([\w.]+)\s*\)\s*$")
+
+
+def parse_partition_spec(terms: Iterable[str], schema: Schema) -> PartitionSpec:
+    """Build a spec from Spark-style terms: ``day(ts)``, ``bucket(16, id)``, ``id`` (the
+    CLI's ``--partition-by`` and the Spark API's ``partition_by``)."""
+    builder = PartitionSpecBuilder(schema)
+    for term in terms:
+        m = _PARTITION_TERM.match(term)
+        if m is None:
+            builder.add_field(term.strip(), "identity")
+            continue
+        name, width, column = m.groups()
+        name = name.lower()
+        if name in ("bucket", "truncate"):
+            if width is None:
+                raise ValidationError(f"partition term {term!r} needs a width: {name}(N, column)")
+            builder.add_field(column, f"{name}[{width}]")
+        elif name in ("year", "month", "day", "hour", "identity", "void"):
+            builder.add_field(column, name)
+        elif name in ("years", "months", "days", "hours"):
+            builder.add_field(column, name[:-1])
+        else:
+            raise ValidationError(f"unknown partition transform {name!r} in {term!r}")
+    return builder.build()
+
+
 __all__ = [
     "INITIAL_SPEC_ID",
     "PARTITION_FIELD_ID_START",
@@ -479,4 +508,5 @@ __all__ = [
     "PartitionSpec",
     "PartitionSpecBuilder",
     "default_partition_name",
+    "parse_partition_spec",
 ]

@@ -115,10 +115,14 @@ async def cmd_table(args: argparse.Namespace) -> int:
             describe_table,
             expire_table,
             list_snapshots,
+            set_table_identifier_fields,
         )
 
         if args.table_command == "create":
             table = await create_table(catalog, args)
+            print(table.metadata_location)
+        elif args.table_command == "set-identifier-fields":
+            table = await set_table_identifier_fields(catalog, args)
             print(table.metadata_location)
         elif args.table_command == "describe":
             _print_json(await describe_table(catalog, args.table))
@@ -214,7 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     ns.set_defaults(handler=cmd_namespace)
 
     table = sub.add_parser(
-        "table", help="create, describe, list snapshots, expire, drop, health, compact"
+        "table",
+        help="create, set identifier fields, describe, list snapshots, expire, drop, health, "
+        "compact",
     )
     tsub = table.add_subparsers(dest="table_command", required=True)
     p = with_catalog(tsub.add_parser("create", help="create a table"))
@@ -231,6 +237,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--format-version", type=int, default=2, choices=(1, 2, 3), help="Iceberg format version"
     )
     p.add_argument("--property", "-p", action="append", help="key=value (repeatable)")
+    p.add_argument(
+        "--identifier-field",
+        action="append",
+        default=[],
+        metavar="COLUMN",
+        help="an identifier (key) column, required and primitive; dotted when nested "
+        "(repeatable): makes the table keyed, for upserts and deletes by key",
+    )
+    p = with_catalog(
+        tsub.add_parser(
+            "set-identifier-fields",
+            help="make these columns a table's identifier (key) fields; none makes it unkeyed",
+        )
+    )
+    p.add_argument("table", help="namespace.table")
+    p.add_argument("columns", nargs="*", metavar="COLUMN", help="identifier columns, in order")
     p = with_catalog(tsub.add_parser("describe", help="print a table's metadata summary"))
     p.add_argument("table", help="namespace.table")
     p = with_catalog(tsub.add_parser("snapshots", help="list a table's snapshots, a line each"))

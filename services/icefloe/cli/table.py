@@ -4,40 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from typing import Any
 
 from icefloe.catalog import Catalog, Table
 from icefloe.errors import ValidationError
+from icefloe.keyed_table import set_identifier_fields, with_identifier_fields
 from icefloe.maintenance import expire_snapshots
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.partition import parse_partition_spec
 from icefloe.schema import Schema
-
-# day(ts) | bucket(16, id) | truncate(4, name) | id
-_PARTITION_TERM = re.compile(r"^\s*(\w+)\s*\(\s*(?:(\d+)\s*,\s*)?([\w.]+)\s*\)\s*$")
-
-
-def parse_partition_spec(terms: list[str], schema: Schema) -> PartitionSpec:
-    """Build a spec from Spark-style terms: ``day(ts)``, ``bucket(16, id)``, ``id``."""
-    builder = PartitionSpecBuilder(schema)
-    for term in terms:
-        m = _PARTITION_TERM.match(term)
-        if m is None:
-            builder.add_field(term.strip(), "identity")
-            continue
-        name, width, column = m.groups()
-        name = name.lower()
-        if name in ("bucket", "truncate"):
-            if width is None:
-                raise ValidationError(f"partition term {term!r} needs a width: {name}(N, column)")
-            builder.add_field(column, f"{name}[{width}]")
-        elif name in ("year", "month", "day", "hour", "identity", "void"):
-            builder.add_field(column, name)
-        elif name in ("years", "months", "days", "hours"):
-            builder.add_field(column, name[:-1])
-        else:
-            raise ValidationError(f"unknown partition transform {name!r} in {term!r}")
-    return builder.build()
 
 
 def _load_schema(text: str) -> Schema:
@@ -52,6 +26,8 @@ def _load_schema(text: str) -> Schema:
 
 async def create_table(catalog: Catalog, args: argparse.Namespace) -> Table:
     schema = _load_schema(args.schema)
+    if args.identifier_field:
+        schema = with_identifier_fields(schema, args.identifier_field, args.format_version)
     props: dict[str, str] = {}
     for pair in args.property or ():
         key, _, value = pair.partition("=")
@@ -64,6 +40,10 @@ async def create_table(catalog: Catalog, args: argparse.Namespace) -> Table:
         properties=props,
         format_version=args.format_version,
     )
+
+
+async def set_table_identifier_fields(catalog: Catalog, args: argparse.Namespace) -> Table:
+    return await set_identifier_fields(catalog, args.table, args.columns)
 
 
 async def describe_table(catalog: Catalog, identifier: str) -> dict[str, Any]:

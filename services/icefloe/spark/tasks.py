@@ -34,6 +34,17 @@ default does nothing). Tests install hooks in the Python workers that fail an at
 that point, as an attempt that dies while reporting would: the files stay behind for the
 driver to clean up.
 
+Writing changes by key
+----------------------
+An upsert or delete by key runs two ``mapInArrow`` steps around a shuffle by key:
+:func:`change_rows_task` turns input rows into change rows (numbered in arrival order,
+from ``partition id << 40``), and :func:`change_task`, once every change of a key is in
+its task, folds them to the last change per key (:mod:`icefloe.spark.changes`), writes the
+surviving rows through the same :class:`FanoutWriter` and every key it touched as one key
+file (:func:`write_key_file`: the key columns with their field ids and metrics, content
+equality-deletes over the identifier fields, the table's spec with null partition values,
+named ``<job id>-<partition>-<attempt>-keys.parquet`` so the driver's clean-up finds it).
+
 Reading
 -------
 :func:`read_task` is a ``mapInArrow`` function over rows holding one scan task each (a data
@@ -93,6 +104,7 @@ from icefloe.parquet_options import (
 from icefloe.partition import PartitionSpec
 from icefloe.row_lineage import with_lineage_fields, with_row_lineage
 from icefloe.schema import Schema
+from icefloe.spark.changes import ChangeSpec, fold, nest_keys, normalize
 from icefloe.transforms import IdentityTransform
 from icefloe.types import (
     FixedType,
@@ -572,16 +584,126 @@ def write_task(
     task_io.close()
     task_hooks().files_complete(info)
     if files:
-        yield pa.RecordBatch.from_pydict(
-            {
-                "task_attempt_id": [info.task_attempt_id] * len(files),
-                "partition_id": [info.partition_id] * len(files),
-                "attempt_number": [info.attempt_number] * len(files),
-                "stage_id": [info.stage_id] * len(files),
-                "file": [json.dumps(content_file_to_json(f, spec, schema)) for f in files],
-            },
-            schema=WRITE_RESULT_ARROW,
-        )
+        yield result_batch(info, files, spec, schema)
+
+
+def result_batch(
+    info: TaskInfo, files: Sequence[DataFile], spec: PartitionSpec, schema: Schema
+) -> pa.RecordBatch:
+    """What a write task reports: a row per file, its content-file JSON and its attempt."""
+    return pa.RecordBatch.from_pydict(
+        {
+            "task_attempt_id": [info.task_attempt_id] * len(files),
+            "partition_id": [info.partition_id] * len(files),
+            "attempt_number": [info.attempt_number] * len(files),
+            "stage_id": [info.stage_id] * len(files),
+            "file": [json.dumps(content_file_to_json(f, spec, schema)) for f in files],
+        },
+        schema=WRITE_RESULT_ARROW,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Writing changes by key (upsert, delete)
+# ---------------------------------------------------------------------------------------
+
+
+def key_file_name(job_id: str, partition_id: int, task_attempt_id: int) -> str:
+    """A task attempt's key file: a job file (:func:`is_job_file`), so clean-up finds it."""
+    return f"{job_id}-{partition_id:05d}-{task_attempt_id}-keys.parquet"
+
+
+def change_rows_task(
+    spec: ChangeSpec, batches: Iterable[pa.RecordBatch], info: TaskInfo | None = None
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body that turns input rows into change rows
+    (:func:`~icefloe.spark.changes.normalize`), before they are partitioned by key.
+
+    Arrival positions start at ``partition id << 40``, so they are distinct across tasks
+    and follow the input's order within each."""
+    info = info if info is not None else TaskInfo.current()
+    seen = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        rows = normalize(pa.Table.from_batches([batch]), spec, (info.partition_id << 40) + seen)
+        seen += batch.num_rows
+        yield from rows.to_batches(max_chunksize=_OUTPUT_BATCH_ROWS)
+
+
+def write_key_file(
+    job: WriteJob, info: TaskInfo, task_io: TaskIO, spec: ChangeSpec, keys: pa.Table
+) -> DataFile:
+    """One Parquet file of ``keys`` (flat key columns) with the key columns' field ids and
+    metrics, described as an equality-delete file over the identifier fields.
+
+    It carries the table's current spec with every partition value null: a key file names
+    keys wherever their rows live, and is never committed (the coordinator resolves it)."""
+    schema, table_spec = job.schema, job.spec
+    key_schema = schema.select(list(spec.keys))
+    location = (
+        f"{job.data_dir}/{key_file_name(job.job_id, info.partition_id, info.task_attempt_id)}"
+    )
+    stream = None if is_local(location) else io.BytesIO()
+    writer = ParquetFileWriter(
+        location if stream is None else stream,
+        schema=key_schema,
+        spec=table_spec,
+        partition=tuple(None for _ in table_spec.fields),
+        properties=job.properties,
+        file_path=location,
+    )
+    try:
+        writer.write(prepare_input(nest_keys(keys, spec.keys), key_schema))
+        written = writer.close()
+    except BaseException:
+        writer.abort()
+        raise
+    if stream is not None:
+        task_io.upload(location, stream.getvalue())
+    return written.copy(
+        content=DataFileContent.EQUALITY_DELETES,
+        equality_ids=list(schema.identifier_field_ids),
+    )
+
+
+def change_task(
+    job: WriteJob,
+    spec: ChangeSpec,
+    batches: Iterable[pa.RecordBatch],
+    info: TaskInfo | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The ``mapInArrow`` body of an upsert or delete by key, over change rows partitioned
+    so that every change of a key is in this task: fold them to the last change per key
+    (:func:`~icefloe.spark.changes.fold`), write the surviving rows as data files
+    (partitioned as the table) and every key touched as one key file; one result row per
+    file, as :func:`write_task`'s."""
+    info = info if info is not None else TaskInfo.current()
+    tables = [pa.Table.from_batches([b]) for b in batches if b.num_rows]
+    if not tables:
+        return
+    folded = fold(pa.concat_tables(tables), spec)
+    del tables
+    task_io = TaskIO(job.table_location, job.io_properties)
+    schema, table_spec = job.schema, job.spec
+    writer = FanoutWriter(job, info, task_io)
+    key_file: DataFile | None = None
+    try:
+        if folded.rows.num_rows:
+            writer.write(prepare_input(folded.rows, schema))
+        files = writer.close()
+        key_file = write_key_file(job, info, task_io, spec, folded.keys)
+    except BaseException:
+        writer.abort()
+        with contextlib.suppress(Exception):
+            task_io.delete(
+                f"{job.data_dir}/{key_file_name(job.job_id, info.partition_id, info.task_attempt_id)}"
+            )
+        task_io.close()
+        raise
+    task_io.close()
+    task_hooks().files_complete(info)
+    yield result_batch(info, [*files, key_file], table_spec, schema)
 
 
 # ---------------------------------------------------------------------------------------
@@ -1101,16 +1223,21 @@ __all__ = [
     "TaskIO",
     "TaskInfo",
     "WriteJob",
+    "change_rows_task",
+    "change_task",
     "column_by_id",
     "equality_delete_mask",
     "filter_mask",
     "install_task_hooks",
     "is_job_file",
     "job_file_name",
+    "key_file_name",
     "prepare_input",
     "read_task",
+    "result_batch",
     "task_hooks",
     "to_spark_arrow",
     "to_spark_table",
+    "write_key_file",
     "write_task",
 ]

@@ -22,6 +22,25 @@ looks for its commit id in the table's snapshots: found, the write succeeded (a 
 refused announcement); not found after a timeout, nothing is deleted, since the coordinator
 may still commit it. No clean-up ever deletes a file the table holds.
 
+Upserts and deletes by key (``mode="upsert"``, ``mode="delete"``)
+-----------------------------------------------------------------
+On a keyed table (identifier fields, :mod:`icefloe.keyed_table`) the driver first checks,
+before any job runs, that the table's keys are required columns the DataFrame has (in
+Debezium's ``after`` for an envelope), and that the rows fit the schema. The job then has
+two steps: a narrow map turns rows into change rows (:func:`icefloe.spark.changes.normalize`,
+which also numbers them in arrival order), the rows are repartitioned by key so that every
+change of a key meets in one task, and each task folds its changes to the last one per key
+(:func:`icefloe.spark.changes.fold`) and writes the surviving rows as data files
+(partitioned as the table) plus one *key file* naming every key it touched
+(:func:`icefloe.spark.tasks.change_task`). The commit-requested's operation is
+``upsert``: the coordinator removes each key's old row (deletion vectors on v3, position
+deletes on v2) and adds the new ones in one snapshot. Key files are never committed: once
+the outcome is decided (committed, acknowledged as a replay, or rejected) the driver
+deletes them; after a timeout with the commit id not in the table it keeps them, since
+the coordinator may still commit and reads them when it does. A task's refusal (a key
+given twice without ``order_by``, an unknown operation, a null key) reaches the caller
+as a ValidationError with the task's message, and the job's files are deleted.
+
 Exactly once for streams (:func:`foreach_batch_sink`)
 ----------------------------------------------------
 A micro-batch's commit id is ``<query id or sink id>:<batch id>``, stable across restarts
@@ -44,6 +63,7 @@ import contextlib
 import functools
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -51,6 +71,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as st
 
 from icefloe.arrow_schema import conform_table
@@ -59,7 +80,7 @@ from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
 from icefloe.commit import commit_with_retry
 from icefloe.commit_index import CommitIndex
 from icefloe.content_file import content_file_from_json
-from icefloe.datafile import DataFile
+from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import (
     CommitStateUnknownError,
     EventRejectedError,
@@ -78,17 +99,26 @@ from icefloe.expression_json import expression_to_json, parse_expression
 from icefloe.expressions import (
     AlwaysTrue,
 )
+from icefloe.keyed_table import key_fields
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import MetadataBuilder
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 from icefloe.schema_update import UpdateSchema
+from icefloe.spark.changes import (
+    ARRIVAL_COLUMN,
+    OP_COLUMN,
+    ChangeSpec,
+    Envelope,
+)
 from icefloe.spark.channel import _BACKGROUND, ConfigArg, _settings
 from icefloe.spark.config import SparkConfig
 from icefloe.spark.tasks import (
     WRITE_RESULT_SCHEMA,
     WriteJob,
+    change_rows_task,
+    change_task,
     is_job_file,
     prepare_input,
     write_task,
@@ -107,7 +137,9 @@ from icefloe.types import (
 
 log = logging.getLogger("icefloe.spark")
 
-WriteMode = Literal["append", "overwrite", "overwrite-partitions"]
+WriteMode = Literal["append", "overwrite", "overwrite-partitions", "upsert", "delete"]
+KEYED_MODES = ("upsert", "delete")
+OrderArg = str | Sequence[str] | None
 
 STREAMING_QUERY_ID_PROPERTY = "sql.streaming.queryId"
 """The local property Spark sets to the streaming query's id while a batch runs."""
@@ -137,6 +169,9 @@ class StagedWrite:
     needs_listing: bool
     catalog_uri: str
     config: SparkConfig = field(repr=False)
+    key_files: list[DataFile] = field(default_factory=list)
+    """An upsert's or delete's key files: read by the coordinator, never committed, so
+    deleted once the commit is decided (never while its outcome is unknown)."""
 
     @property
     def record_count(self) -> int:
@@ -144,7 +179,12 @@ class StagedWrite:
 
     @property
     def paths(self) -> set[str]:
+        """The data files the commit adds to the table (key files are not among them)."""
         return {f.file_path for f in self.files}
+
+    @property
+    def key_paths(self) -> set[str]:
+        return {f.file_path for f in self.key_files}
 
     def discard(self) -> None:
         """Delete every file of this job (it will not be committed)."""
@@ -155,7 +195,8 @@ class StagedWrite:
     @property
     def directories(self) -> set[str]:
         """Where the job wrote (the data directory when it wrote nothing)."""
-        return {f.file_path.rsplit("/", 1)[0] for f in self.files} or {self.data_dir}
+        written = [*self.files, *self.key_files]
+        return {f.file_path.rsplit("/", 1)[0] for f in written} or {self.data_dir}
 
 
 def _merged_struct(table: StructType, incoming: st.StructType) -> tuple[StructType, bool]:
@@ -246,9 +287,149 @@ def _operation(mode: str, overwrite_filter: FilterArg) -> tuple[CommitOperation,
                 "mode='overwrite-partitions' replaces the partitions written; it takes no filter"
             )
         return CommitOperation.OVERWRITE, None
+    if mode in KEYED_MODES:
+        if overwrite_filter is not None:
+            raise ValidationError(f"mode={mode!r} changes rows by key; it takes no filter")
+        return CommitOperation.UPSERT, None
     raise ValidationError(
-        f"unknown write mode {mode!r}; use 'append', 'overwrite' or 'overwrite-partitions'"
+        f"unknown write mode {mode!r}; use 'append', 'overwrite', 'overwrite-partitions', "
+        "'upsert' or 'delete'"
     )
+
+
+def _paths_of(value: OrderArg) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _field_at(struct: st.StructType, path: str) -> st.StructField | None:
+    """The Spark field at a dotted ``path`` (a top-level name with dots matches first)."""
+    if path in struct.names:
+        return struct[path]
+    node: st.DataType = struct
+    found: st.StructField | None = None
+    for name in path.split("."):
+        if not isinstance(node, st.StructType) or name not in node.names:
+            return None
+        found = node[name]
+        node = found.dataType
+    return found
+
+
+def _only_paths(struct: st.StructType, paths: Sequence[str]) -> st.StructType:
+    """``struct`` cut down to the fields at ``paths`` (and the structs holding them)."""
+    fields: list[st.StructField] = []
+    for f in struct.fields:
+        inner = [p[len(f.name) + 1 :] for p in paths if p.startswith(f"{f.name}.")]
+        if f.name in paths:
+            fields.append(f)
+        elif inner and isinstance(f.dataType, st.StructType):
+            fields.append(st.StructField(f.name, _only_paths(f.dataType, inner), f.nullable))
+    return st.StructType(fields)
+
+
+def _change_plan(
+    df_schema: st.StructType,
+    schema: Schema,
+    identifier: TableIdentifier,
+    mode: str,
+    *,
+    order_by: OrderArg,
+    op_column: str | None,
+    envelope: Envelope | None,
+    timezone: str,
+) -> tuple[ChangeSpec, st.StructType]:
+    """Check a keyed write before any job runs; its change spec and the Spark schema of
+    its change rows (:func:`icefloe.spark.changes.normalize`)."""
+    what = f"mode={mode!r}"
+    keys = key_fields(schema, identifier, what)
+    key_paths = tuple(str(schema.find_column_name(f.field_id)) for f in keys)
+    orders = _paths_of(order_by)
+    if envelope is not None:
+        if envelope != "debezium":
+            raise ValidationError(f"unknown envelope {envelope!r}; the one known is 'debezium'")
+        missing = [n for n in ("before", "after", "op") if n not in df_schema.names]
+        if missing:
+            raise ValidationError(
+                f"envelope='debezium' needs the columns before, after and op; the DataFrame "
+                f"lacks {missing} (columns: {df_schema.names})"
+            )
+        after = df_schema["after"].dataType
+        if not isinstance(after, st.StructType):
+            raise ValidationError(
+                f"the Debezium envelope's 'after' must be a struct of the row, not "
+                f"{after.simpleString()}"
+            )
+        row = after
+        data_columns = tuple(row.names)
+    else:
+        row = df_schema
+        # the operation column is never data; an ordering column is when the table has it
+        data_columns = tuple(
+            n
+            for n in df_schema.names
+            if n != op_column and (n not in orders or schema.find_field(n) is not None)
+        )
+        if op_column is not None and _field_at(df_schema, op_column) is None:
+            raise ValidationError(
+                f"the operation column {op_column!r} is not a column of the DataFrame "
+                f"(columns: {df_schema.names})"
+            )
+    for path in key_paths:
+        if _field_at(row, path) is None:
+            where = "the envelope's 'after' (and 'before')" if envelope else "the DataFrame"
+            raise ValidationError(
+                f"{what} on {identifier} needs the key column {path!r} (an identifier field), "
+                f"but {where} has no such column"
+            )
+    order_fields: list[st.StructField] = []
+    for i, path in enumerate(orders):
+        found = _field_at(df_schema, path)
+        if found is None:
+            raise ValidationError(
+                f"the ordering column {path!r} is not a column of the DataFrame "
+                f"(columns: {df_schema.names})"
+            )
+        if isinstance(found.dataType, st.StructType | st.ArrayType | st.MapType):
+            raise ValidationError(
+                f"the ordering column {path!r} is a {found.dataType.simpleString()}; it must "
+                "hold comparable values (a number, string, timestamp, ...)"
+            )
+        order_fields.append(st.StructField(f"__icefloe_order_{i}", found.dataType, True))
+    spec = ChangeSpec(
+        keys=key_paths,
+        mode="delete" if mode == "delete" else "upsert",
+        op_column=op_column,
+        order_by=orders,
+        envelope=envelope,
+        data_columns=data_columns if mode == "upsert" else (),
+        # rows of one key twice with nothing to order them by: refused, not guessed at
+        unique=mode == "upsert" and order_by is None and op_column is None and envelope is None,
+    )
+    data = st.StructType([row[n] for n in spec.data_columns])
+    try:
+        if mode == "upsert":
+            check_dataframe_schema(data, schema, timezone)
+        else:
+            check_dataframe_schema(_only_paths(row, key_paths), schema.select(list(key_paths)))
+    except ValidationError as e:
+        raise ValidationError(f"cannot write this DataFrame to {identifier}: {e}") from None
+    key_types = [_field_at(row, path) for path in key_paths]
+    changes = st.StructType(
+        [
+            *(st.StructField(f.name, f.dataType, True) for f in data.fields),
+            *(
+                st.StructField(f"__icefloe_key_{i}", f.dataType, True)
+                for i, f in enumerate(key_types)
+                if f is not None
+            ),
+            st.StructField(OP_COLUMN, st.ByteType(), True),
+            *order_fields,
+            st.StructField(ARRIVAL_COLUMN, st.LongType(), True),
+        ]
+    )
+    return spec, changes
 
 
 def _split_events(
@@ -271,26 +452,57 @@ def stage_write(
     commit_id: str | None = None,
     config: ConfigArg = None,
     branch: str | None = None,
+    mode: WriteMode = "append",
+    order_by: OrderArg = None,
+    op_column: str | None = None,
+    envelope: Envelope | None = None,
 ) -> StagedWrite:
     """Write ``df``'s data files and build their events, without committing anything.
 
     :func:`write` is this followed by :func:`commit_staged`; benchmarks and custom
-    pipelines may call the two steps themselves.
+    pipelines may call the two steps themselves. ``mode`` matters only for ``upsert`` and
+    ``delete``, which fold the rows by key first and also write key files (see
+    :func:`write`); ``order_by``, ``op_column`` and ``envelope`` describe their changes.
     """
     settings = _settings(df.sparkSession, config)
     uri = settings.require_catalog()
     identifier = TableIdentifier.parse(table)
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
+    keyed = mode in KEYED_MODES
+    if not keyed and (order_by is not None or op_column is not None or envelope is not None):
+        raise ValidationError(
+            f"order_by, op_column and envelope describe changes by key; mode={mode!r} takes "
+            "none of them (use mode='upsert')"
+        )
+    if keyed and merge_schema:
+        raise ValidationError(f"merge_schema is not supported with mode={mode!r}")
+    if envelope == "debezium":
+        df = _debezium_payload(df)
     loaded, catalog = _BACKGROUND.run(
         _load_for_write(uri, identifier, df.schema if merge_schema else None)
     )
     metadata = loaded.metadata
     schema, spec = metadata.schema(), metadata.spec()
-    try:
-        check_dataframe_schema(df.schema, schema, timezone)
-    except ValidationError as e:
-        hint = "" if merge_schema else " (merge_schema=True adds new columns to the table)"
-        raise ValidationError(f"cannot write this DataFrame to {identifier}: {e}{hint}") from None
+    change: tuple[ChangeSpec, st.StructType] | None = None
+    if keyed:
+        change = _change_plan(
+            df.schema,
+            schema,
+            identifier,
+            mode,
+            order_by=order_by,
+            op_column=op_column,
+            envelope=envelope,
+            timezone=timezone,
+        )
+    else:
+        try:
+            check_dataframe_schema(df.schema, schema, timezone)
+        except ValidationError as e:
+            hint = "" if merge_schema else " (merge_schema=True adds new columns to the table)"
+            raise ValidationError(
+                f"cannot write this DataFrame to {identifier}: {e}{hint}"
+            ) from None
     head = metadata.snapshot_by_ref(branch or "main")
     job = WriteJob(
         job_id=uuid.uuid4().hex,
@@ -301,13 +513,26 @@ def stage_write(
         properties=dict(metadata.properties),
         io_properties=dict(catalog.properties),
     )
-    result = _map_in_arrow(df, functools.partial(write_task, job), WRITE_RESULT_SCHEMA)
+    if change is None:
+        result = _map_in_arrow(df, functools.partial(write_task, job), WRITE_RESULT_SCHEMA)
+    else:
+        change_spec, change_schema = change
+        rows_of_changes = _map_in_arrow(
+            df, functools.partial(change_rows_task, change_spec), change_schema
+        )
+        by_key = _by_key(df, rows_of_changes, change_spec)
+        result = _map_in_arrow(
+            by_key, functools.partial(change_task, job, change_spec), WRITE_RESULT_SCHEMA
+        )
     try:
         rows = result.collect()
-    except Exception:
+    except Exception as e:
         log.warning("Spark job %s writing %s failed; deleting its files", job.job_id, identifier)
         with contextlib.suppress(Exception):
             _BACKGROUND.run(_delete_job_files(uri, job.job_id, {job.data_dir}, keep=set()))
+        refused = task_validation_error(e)
+        if refused is not None:
+            raise ValidationError(f"cannot write this DataFrame to {identifier}: {refused}") from e
         raise
     specs = {spec.spec_id: spec}
     by_attempt: dict[str, list[DataFile]] = {}
@@ -331,11 +556,14 @@ def stage_write(
                     attempt_id,
                     schema,
                     spec,
-                    part,
+                    [f for f in part if f.content == DataFileContent.DATA],
+                    [f for f in part if f.content != DataFileContent.DATA],
                 )
 
             events.extend(_split_events(make, chunk, settings.event_max_bytes))
-    files = [f for fs in by_attempt.values() for f in fs]
+    written = [f for fs in by_attempt.values() for f in fs]
+    files = [f for f in written if f.content == DataFileContent.DATA]
+    key_files = [f for f in written if f.content != DataFileContent.DATA]
     return StagedWrite(
         identifier=identifier,
         commit_id=the_commit_id,
@@ -350,7 +578,49 @@ def stage_write(
         needs_listing=_attempts_may_have_failed(df.sparkSession, stages),
         catalog_uri=uri,
         config=settings,
+        key_files=key_files,
     )
+
+
+def _debezium_payload(df: DataFrame) -> DataFrame:
+    """Debezium's JSON converter with schemas enabled wraps each value as ``{"schema":
+    ..., "payload": {...}}``: the envelope is the payload, taken out here."""
+    if "op" in df.columns or "payload" not in df.columns:
+        return df
+    payload = df.schema["payload"].dataType
+    if isinstance(payload, st.StructType) and "op" in payload.names:
+        return df.select("payload.*")
+    return df
+
+
+def _by_key(df: DataFrame, changes: DataFrame, spec: ChangeSpec) -> DataFrame:
+    """``changes`` partitioned by key, so every change of a key meets in one task.
+
+    Each task writes a key file, so the number of tasks matters: with adaptive query
+    execution Spark coalesces the shuffle's partitions to its advisory size; without it,
+    as many partitions as the input has (not ``spark.sql.shuffle.partitions``, 200 by
+    default, which would make 200 key files of a small micro-batch)."""
+    keys = [F.col(c) for c in spec.key_columns]
+    conf = df.sparkSession.conf
+    adaptive = (conf.get("spark.sql.adaptive.enabled") or "true").lower() == "true"
+    coalesces = (
+        conf.get("spark.sql.adaptive.coalescePartitions.enabled") or "true"
+    ).lower() == "true"
+    if adaptive and coalesces:
+        return changes.repartition(*keys)
+    return changes.repartition(max(1, df.rdd.getNumPartitions()), *keys)
+
+
+_TASK_REFUSAL = re.compile(r"icefloe\.errors\.ValidationError: (.+)")
+
+
+def task_validation_error(error: BaseException) -> str | None:
+    """The message of the ValidationError a Spark task raised, if that is why ``error``
+    (the job's failure, a Py4J or PySpark exception around the task's traceback) came."""
+    found = _TASK_REFUSAL.findall(str(error))
+    if not found:
+        found = re.findall(r"(?m)^ValidationError: (.+)$", str(error))
+    return found[-1].strip() if found else None
 
 
 def _attempts_may_have_failed(spark: SparkSession, stages: Iterable[int]) -> bool:
@@ -412,6 +682,32 @@ async def _snapshot_adds_any(uri: str, committed: TableCommitted, paths: set[str
     return False
 
 
+def commit_request(
+    staged: StagedWrite,
+    mode: WriteMode = "append",
+    overwrite_filter: FilterArg = None,
+    *,
+    branch: str | None = None,
+    snapshot_properties: Mapping[str, str] | None = None,
+) -> CommitRequested:
+    """The commit-requested event that asks the coordinator to commit ``staged``: an
+    ``upsert`` for the keyed modes, naming every event (data and key files) of the job."""
+    operation, filter_json = _operation(mode, overwrite_filter)
+    return CommitRequested(
+        table=str(staged.identifier),
+        commit_id=staged.commit_id,
+        operation=operation,
+        event_ids=tuple(e.event_id for e in staged.events),
+        attempt_ids=staged.attempt_ids,
+        overwrite_filter=filter_json,
+        snapshot_properties=dict(snapshot_properties or {}),
+        branch=branch,
+        base_snapshot_id=staged.base_snapshot_id
+        if operation is CommitOperation.OVERWRITE
+        else None,
+    )
+
+
 def commit_staged(
     staged: StagedWrite,
     mode: WriteMode = "append",
@@ -425,7 +721,7 @@ def commit_staged(
     """Ask the coordinator to commit a staged write; the snapshot id, or None if there was
     nothing to commit. ``verify_files`` checks, for commit ids that may have been committed
     before (stream replays), that the acknowledged snapshot holds this job's files."""
-    operation, filter_json = _operation(mode, overwrite_filter)
+    _, filter_json = _operation(mode, overwrite_filter)
     settings = staged.config
     uri = staged.catalog_uri
     if filter_json is not None:
@@ -439,18 +735,8 @@ def commit_staged(
         log.info("nothing to commit to %s (the DataFrame was empty)", staged.identifier)
         _BACKGROUND.run(_cleanup(staged, committed=None))
         return None
-    request = CommitRequested(
-        table=str(staged.identifier),
-        commit_id=staged.commit_id,
-        operation=operation,
-        event_ids=tuple(e.event_id for e in staged.events),
-        attempt_ids=staged.attempt_ids,
-        overwrite_filter=filter_json,
-        snapshot_properties=dict(snapshot_properties or {}),
-        branch=branch,
-        base_snapshot_id=staged.base_snapshot_id
-        if operation is CommitOperation.OVERWRITE
-        else None,
+    request = commit_request(
+        staged, mode, overwrite_filter, branch=branch, snapshot_properties=snapshot_properties
     )
     timeout = timeout_s if timeout_s is not None else settings.commit_timeout_s
 
@@ -558,6 +844,9 @@ async def _cleanup(
             await _delete_job_files(
                 staged.catalog_uri, staged.job_id, staged.directories, keep=staged.paths
             )
+        # Key files are never in the table: once the outcome is decided (which is when
+        # this runs), the coordinator has no more use for them.
+        await _delete(staged.catalog_uri, sorted(staged.key_paths))
         if orphans:
             await _delete(staged.catalog_uri, [p for p in orphans if p not in staged.paths])
     except IcefloeError as e:
@@ -576,6 +865,9 @@ def write(
     commit_id: str | None = None,
     config: ConfigArg = None,
     timeout_s: float | None = None,
+    order_by: OrderArg = None,
+    op_column: str | None = None,
+    envelope: Envelope | None = None,
 ) -> int | None:
     """Write ``df`` to ``table`` ("ns.table") through the coordinator; the new snapshot id.
 
@@ -584,10 +876,33 @@ def write(
     ``overwrite-partitions`` replaces the partitions ``df`` writes. Returns None when there
     was nothing to commit. ``commit_id`` (default: a fresh one) makes a retried job
     idempotent: a commit id the table already holds is acknowledged, not applied again.
+
+    On a keyed table (one with identifier fields), ``upsert`` inserts the rows whose key is
+    new and replaces the row of every key already there; ``delete`` deletes the rows of the
+    keys ``df`` holds (it needs only the key columns; other columns are ignored). A key
+    given twice in an upsert is an error unless ``order_by`` names ordering columns (dotted
+    paths allowed): then the row with the greatest values wins, ties going to the later
+    row. ``op_column`` makes ``df`` a change stream (Debezium's ``c``, ``r``, ``u`` upsert,
+    ``d`` and a null operation, a tombstone, delete), ``envelope="debezium"`` takes
+    Debezium's ``before``/``after``/``op`` envelope as it is (or inside ``payload``, as
+    the JSON converter with schemas writes it); see
+    :mod:`icefloe.spark.changes` for the fold. The rows are partitioned by key in Spark,
+    folded per task, and each task writes the surviving rows as data files and every key
+    it touched as one key file; the coordinator removes the keys' old rows with deletion
+    vectors (v3) or position deletes (v2) in the same commit.
     """
     _operation(mode, overwrite_filter)  # refuse a bad mode before running any job
     staged = stage_write(
-        df, table, merge_schema=merge_schema, commit_id=commit_id, config=config, branch=branch
+        df,
+        table,
+        merge_schema=merge_schema,
+        commit_id=commit_id,
+        config=config,
+        branch=branch,
+        mode=mode,
+        order_by=order_by,
+        op_column=op_column,
+        envelope=envelope,
     )
     return commit_staged(
         staged,
@@ -619,12 +934,15 @@ def foreach_batch_sink(
     table: str | TableIdentifier,
     *,
     sink_id: str | None = None,
-    mode: Literal["append", "overwrite"] = "append",
+    mode: Literal["append", "overwrite", "upsert", "delete"] = "append",
     branch: str | None = None,
     merge_schema: bool = False,
     snapshot_properties: Mapping[str, str] | None = None,
     config: ConfigArg = None,
     timeout_s: float | None = None,
+    op_column: str | None = None,
+    order_column: OrderArg = None,
+    envelope: Envelope | None = None,
 ) -> Callable[[DataFrame, int], None]:
     """A ``foreachBatch`` function that commits each micro-batch to ``table`` exactly once.
 
@@ -632,8 +950,27 @@ def foreach_batch_sink(
     id, which survives restarts from the same checkpoint. Give one explicitly when several
     queries (or a new checkpoint) must share one sequence of batch ids. ``mode='overwrite'``
     replaces the table's rows with each batch (for the complete output mode).
+
+    ``mode='upsert'`` applies each micro-batch to a keyed table as a change stream: with
+    ``op_column`` (Debezium's operations) or ``envelope='debezium'``, the last change of
+    each key within the batch wins by ``order_column`` (a source position such as the LSN,
+    or ``ts_ms``; then arrival order), a delete or tombstone removes the key, and a key may
+    be deleted and inserted again. Without ``op_column`` every row is an upsert (several
+    rows of one key are folded by ``order_column``, or by arrival order without one).
+    Batches commit in order, each after the one before.
     """
     identifier = TableIdentifier.parse(table)
+    if mode not in KEYED_MODES and (
+        op_column is not None or order_column is not None or envelope is not None
+    ):
+        raise ValidationError(
+            f"op_column, order_column and envelope describe a change stream; mode={mode!r} "
+            "takes none of them (use mode='upsert')"
+        )
+    # a stream holds the same key many times: without an ordering column, arrival decides
+    order_by: OrderArg = order_column
+    if mode == "upsert" and order_column is None:
+        order_by = ()
 
     def sink(df: DataFrame, batch_id: int) -> None:
         query_id = sink_id or df.sparkSession.sparkContext.getLocalProperty(
@@ -668,6 +1005,9 @@ def foreach_batch_sink(
             commit_id=commit_id,
             config=settings,
             timeout_s=timeout_s,
+            order_by=order_by,
+            op_column=op_column,
+            envelope=envelope,
         )
 
     return sink
@@ -683,6 +1023,7 @@ def compact(spark: SparkSession, table: str | TableIdentifier, **kwargs: Any) ->
 __all__ = [
     "StagedWrite",
     "check_dataframe_schema",
+    "commit_request",
     "commit_staged",
     "compact",
     "foreach_batch_sink",

@@ -165,3 +165,41 @@ def test_version_flag_prints_the_installed_version(capsys: pytest.CaptureFixture
         main(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"icefloe {version('icefloe')}"
+
+
+def test_tables_are_created_keyed_and_their_identifier_fields_set_later(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ICEFLOE_CATALOG", f"file://{tmp_path}/wh")
+    assert run(capsys, "namespace", "create", "db")[0] == 0
+    code, _, err = run(
+        capsys, "table", "create", "db.keyed", "--schema", SCHEMA, "--identifier-field", "id"
+    )
+    assert code == 0, err
+
+    def identifiers(table: str) -> list[str]:
+        described = json.loads(run(capsys, "table", "describe", table)[1])
+        schema = described["schema"]
+        by_id = {f["id"]: f["name"] for f in schema["fields"]}
+        return [by_id[i] for i in schema.get("identifier-field-ids", [])]
+
+    assert identifiers("db.keyed") == ["id"]
+    code, _, err = run(
+        capsys, "table", "create", "db.bad", "--schema", SCHEMA, "--identifier-field", "name"
+    )
+    assert code == 1 and "'name'" in err and "optional" in err
+    code, _, err = run(
+        capsys, "table", "create", "db.bad", "--schema", SCHEMA, "--identifier-field", "nope"
+    )
+    assert code == 1 and "'nope'" in err
+
+    assert run(capsys, "table", "create", "db.plain", "--schema", SCHEMA)[0] == 0
+    assert identifiers("db.plain") == []
+    code, out, err = run(capsys, "table", "set-identifier-fields", "db.plain", "id")
+    assert code == 0 and out.strip().endswith(".metadata.json"), err
+    assert identifiers("db.plain") == ["id"]
+    code, _, err = run(capsys, "table", "set-identifier-fields", "db.plain", "ts")
+    assert code == 1 and "'ts'" in err and "optional" in err
+    assert identifiers("db.plain") == ["id"]
+    assert run(capsys, "table", "set-identifier-fields", "db.plain")[0] == 0
+    assert identifiers("db.plain") == []

@@ -24,6 +24,7 @@ import pytest
 from coordinating import coordinator_config, raise_if_stopped, running_coordinator
 from rest_catalog_server import (
     READ,
+    WRITE,
     Server,
     icefloe_rows,
     rest_catalog,
@@ -181,6 +182,62 @@ def test_staged_create_transaction(server: Server) -> None:
         with pytest.raises(NotImplementedError):
             rest.rename_table("staged.t", "staged.moved")
         rest.drop_table("staged.t")
+
+
+def test_keyed_tables_created_and_evolved_through_rest(server: Server) -> None:
+    """Identifier fields travel through the REST catalog: a create that names them, and a
+    schema update that changes them (PyIceberg's ``set_identifier_fields``), are stored
+    as given; one the spec forbids (an optional column) is a 400 naming it, not applied."""
+    import requests
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import LongType, NestedField, StringType
+
+    rest = rest_catalog(server)
+    rest.create_namespace("keyed")
+    schema = Schema(
+        NestedField(1, "id", LongType(), required=True),
+        NestedField(2, "code", StringType(), required=True),
+        NestedField(3, "v", StringType()),
+        identifier_field_ids=[1],
+    )
+    table = rest.create_table("keyed.t", schema)
+
+    def stored() -> list[str]:
+        current = server.run(server.catalog.load_table("keyed.t")).metadata.schema()
+        return [str(current.find_column_name(i)) for i in current.identifier_field_ids]
+
+    assert stored() == ["id"]
+    assert table.schema().identifier_field_names() == {"id"}
+    with table.update_schema() as update:
+        update.set_identifier_fields("id", "code")
+    assert stored() == ["id", "code"]
+    assert rest.load_table("keyed.t").schema().identifier_field_names() == {"id", "code"}
+
+    loaded = rest.load_table("keyed.t")
+    current = loaded.metadata.current_schema_id
+    bad = {
+        "requirements": [{"type": "assert-current-schema-id", "current-schema-id": current}],
+        "updates": [
+            {
+                "action": "add-schema",
+                "schema": {
+                    **loaded.schema().model_dump(by_alias=True),
+                    "schema-id": current + 1,
+                    "identifier-field-ids": [3],
+                },
+            },
+            {"action": "set-current-schema", "schema-id": -1},
+        ],
+    }
+    response = requests.post(
+        f"{server.url}/v1/namespaces/keyed/tables/t",
+        json=bad,
+        headers={"Authorization": f"Bearer {WRITE}"},
+        timeout=60,
+    )
+    assert response.status_code == 400, response.text
+    assert "'v'" in response.json()["error"]["message"]
+    assert stored() == ["id", "code"]
 
 
 def _append_with_retries(server: Server, name: str, ids: range) -> int:

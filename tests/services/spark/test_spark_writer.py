@@ -631,7 +631,7 @@ def test_dataframes_that_do_not_fit_the_schema_fail_before_any_task(
         ispark.write(spark.createDataFrame([(1, 2)], "id long, other int"), name, config=config)
     with pytest.raises(ValidationError, match="write mode"):
         ispark.write(
-            spark.createDataFrame([(1, "a")], "id long, s string"), name, "upsert", config=config
+            spark.createDataFrame([(1, "a")], "id long, s string"), name, "upsrt", config=config
         )  # type: ignore[arg-type]
     assert spark_stack.load(name).metadata.current_snapshot() is None
 
