@@ -18,13 +18,19 @@ def test_dedup_benchmark_reports_per_commit_and_load_figures_beside_peers() -> N
     assert [(f.name, f.kind) for f in figures] == [
         ("dedup check per commit (40 snapshots)", Kind.LATENCY),
         ("dedup index build on load (40 snapshots)", Kind.LATENCY),
+        ("dedup ledger carried forward per commit (40 snapshots)", Kind.LATENCY),
     ]
     assert list(figures[0].peers) == ["position walk (before #9)", "full walk, no index"]
     assert list(figures[1].peers) == ["metadata parse"]
+    assert list(figures[2].peers) == [
+        "metadata write, with the ledger",
+        "metadata write, no ledger",
+    ]
     for figure in figures:
         for peer in figure.peers:
             assert math.isfinite(figure.speedup(peer)) and figure.speedup(peer) > 0
     assert any("index memory" in note for note in ctx.notes)
+    assert any("bytes per commit id" in note and "ledger" in note for note in ctx.notes)
 
 
 def test_the_benchmark_table_holds_every_commit_id_once() -> None:
