@@ -11,6 +11,7 @@ role the planner assumes, narrowed per table by a session policy).
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import json
 import urllib.parse
@@ -485,3 +486,43 @@ async def test_signing_routes_are_absent_unless_enabled(serve: Any) -> None:
     assert "s3.remote-signing-enabled" not in created["config"]
     response = await sign(served, WRITE, "GET", f"{served.endpoint}/{BUCKET}/x")
     assert response.status in (404, 405)
+
+
+# ---------------------------------------------------------------------------------------------
+# A real client: PyIceberg's RestCatalog holding no storage keys
+# ---------------------------------------------------------------------------------------------
+
+
+def _pyiceberg_round_trip(url: str) -> tuple[list[int], str]:
+    """Create, append and scan as a writer, then try to append as a reader (blocking)."""
+    import pyarrow as pa
+    from pyiceberg.catalog.rest import RestCatalog
+
+    schema = pa.schema([pa.field("id", pa.int64(), False)])
+
+    def rows(*ids: int) -> pa.Table:
+        return pa.table({"id": pa.array(ids, pa.int64())}, schema=schema)
+
+    writer = RestCatalog("w", uri=url, token=WRITE)
+    table = writer.create_table(("db", "py"), schema)
+    table.append(rows(1, 2, 3))
+    table.append(rows(4))
+    ids = sorted(writer.load_table(("db", "py")).scan().to_arrow().column("id").to_pylist())
+    reader = RestCatalog("r", uri=url, token=READ)
+    read_table = reader.load_table(("db", "py"))
+    assert sorted(read_table.scan().to_arrow().column("id").to_pylist()) == ids
+    with pytest.raises(OSError) as refused:
+        read_table.append(rows(5))
+    return ids, str(refused.value)
+
+
+async def test_pyiceberg_without_keys_writes_and_reads_through_vended_credentials(
+    serve: Any, authed_s3: str
+) -> None:
+    served = await serve(
+        vended_credentials="sts", vend_sts_role_arn=ROLE, vend_sts_endpoint=authed_s3
+    )
+    url = str(served.client.make_url("")).rstrip("/")
+    ids, refusal = await asyncio.to_thread(_pyiceberg_round_trip, url)
+    assert ids == [1, 2, 3, 4]
+    assert "ACCESS_DENIED" in refusal.upper().replace(" ", "_"), refusal
