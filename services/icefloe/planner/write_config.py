@@ -88,9 +88,9 @@ class RestCatalogSettings(BaseSettings):
     vended_credentials: Literal["off", "static", "sts"] = Field(
         "off",
         description="storage credentials for clients that ask for vended-credentials: 'static' "
-        "hands out the vend_read_*/vend_write_* keys by token scope, 'sts' mints temporary "
-        "keys with AssumeRole (vend_sts_role_arn) and a session policy scoped to the table's "
-        "location and the token's scope; 'off' vends none",
+        "hands out the configured read or write keys (vend_read_access_key_id and the like) "
+        "by token scope, 'sts' mints temporary keys with AssumeRole (vend_sts_role_arn) and a "
+        "session policy scoped to the table's location and the token's scope; 'off' vends none",
     )
     vend_read_access_key_id: str | None = Field(
         None, description="static vending: the access key id read tokens receive"
