@@ -42,7 +42,13 @@ from icefloe.model import describe_problems
 from icefloe.planner.auth import principal_of
 from icefloe.planner.credentials import CredentialVendor, s3_roots
 from icefloe.planner.errors import ApiError
-from icefloe.planner.signer import check_request, parse_target, sign, signing_keys
+from icefloe.planner.signer import (
+    SigningKeys,
+    check_request,
+    parse_target,
+    sign,
+    signing_credentials,
+)
 from icefloe.planner.write_config import RestCatalogSettings
 
 log = logging.getLogger(__name__)
@@ -89,7 +95,7 @@ class AccessDelegation:
         self.public_url = settings.public_url.rstrip("/") if settings.public_url else None
         self.region = catalog_properties.get(S3_REGION) or DEFAULT_REGION
         self.path_style = catalog_properties.get(S3_PATH_STYLE_ACCESS)
-        self._keys = signing_keys(*self.vendor.planner_keys()) if self.signing else None
+        self._keys = signing_credentials(*self.vendor.planner_keys()) if self.signing else None
 
     # -- hooks ------------------------------------------------------------------------------
 
@@ -148,9 +154,9 @@ class AccessDelegation:
         table = base + "namespaces/{namespace}/tables/{table}"
         r = app.router
         r.add_get(table + "/credentials", self._credentials_route(lookup), allow_head=False)
-        if self.signing:
-            r.add_post(table + "/sign", self._sign_route(lookup, from_path=True))
-            r.add_post(LEGACY_SIGN_PATH, self._sign_route(lookup, from_path=False))
+        if self._keys is not None:
+            r.add_post(table + "/sign", self._sign_route(lookup, self._keys, from_path=True))
+            r.add_post(LEGACY_SIGN_PATH, self._sign_route(lookup, self._keys, from_path=False))
 
     # -- routes -----------------------------------------------------------------------------
 
@@ -169,7 +175,7 @@ class AccessDelegation:
         return load_credentials
 
     def _sign_route(
-        self, lookup: TableLookup, *, from_path: bool
+        self, lookup: TableLookup, keys: Callable[[], SigningKeys], *, from_path: bool
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def sign_request(request: web.Request) -> web.Response:
             try:
@@ -205,8 +211,7 @@ class AccessDelegation:
                 s3_roots(metadata.location, metadata.properties),
                 can_write=principal.can_write,
             )
-            assert self._keys is not None  # routes exist only with signing on
-            headers = sign(method, body.uri, body.headers, body.region, self._keys, body.body)
+            headers = sign(method, body.uri, body.headers, body.region, keys(), body.body)
             return web.json_response({"uri": body.uri, "headers": headers})
 
         return sign_request

@@ -20,14 +20,18 @@ send, ``Authorization`` included (AWS Signature V4, botocore's S3 signer). Befor
 
 Refusals are 403 ``ForbiddenException`` naming what was refused; malformed requests 400.
 The payload is not signed (``UNSIGNED-PAYLOAD``, unless the client sent its own
-``x-amz-content-sha256``): the planner never sees object data.
+``x-amz-content-sha256``): the planner never sees object data. A bulk delete's body is the
+exception: its SHA-256 and MD5 are signed as computed by the signer, so the store refuses
+any body other than the one whose keys were checked.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 import urllib.parse
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Final
 from xml.etree import ElementTree
@@ -60,8 +64,12 @@ _LIST_QUERY: Final = frozenset(
 )
 _AWS_HOST: Final = re.compile(r"^(?:(?P<bucket>.+)\.)?s3(?:[.-](?:[a-z0-9-]+\.)*)?amazonaws\.com$")
 _DELETE_BODY_MAX: Final = 1 << 20
+# (access key id, secret access key, session token or None)
+SigningKeys = tuple[str, str, str | None]
 # Headers a signer must not pass on from a client, or that change in transit.
-_NOT_SIGNED: Final = frozenset({"authorization", "x-amz-date", "x-amz-security-token"})
+_NOT_SIGNED: Final = frozenset(
+    {"authorization", "x-amz-date", "x-amz-security-token", "x-amz-content-sha256"}
+)
 
 
 def _forbidden(message: str) -> ApiError:
@@ -191,12 +199,16 @@ def _inside(bucket: str, key: str, roots: list[Location], *, strictly: bool) -> 
     )
 
 
-class _ClientPayloadAuth(S3SigV4Auth):
-    """SigV4 for S3 with the payload hash the client declared (the planner has no body)."""
+class _FixedPayloadAuth(S3SigV4Auth):
+    """SigV4 for S3 with a payload hash decided by the signer, not computed from a body it
+    does not have."""
+
+    def __init__(self, credentials: Credentials, region: str, payload_hash: str) -> None:
+        super().__init__(credentials, "s3", region)
+        self._payload_hash = payload_hash
 
     def payload(self, request: AWSRequest) -> str:
-        declared = request.headers.get("X-Amz-Content-SHA256")
-        return str(declared) if declared else UNSIGNED_PAYLOAD
+        return self._payload_hash
 
 
 def sign(
@@ -204,22 +216,56 @@ def sign(
     uri: str,
     headers: Mapping[str, list[str]],
     region: str,
-    keys: tuple[str, str, str | None],
+    keys: SigningKeys,
     body: str | None = None,
 ) -> dict[str, list[str]]:
-    """The headers to send with the request: the client's plus the signature's."""
-    flat = {k: ", ".join(v) for k, v in headers.items() if k.lower() not in _NOT_SIGNED}
-    request = AWSRequest(method=method, url=uri, headers=flat, data=(body or "").encode())
-    _ClientPayloadAuth(Credentials(*keys), "s3", region).add_auth(request)
+    """The headers to send with the request: the client's plus the signature's.
+
+    The payload is signed as the client declared it (``x-amz-content-sha256``, else
+    ``UNSIGNED-PAYLOAD``), except when the signer checked a ``body`` (bulk deletes): then its
+    SHA-256 and MD5 are the signer's own, so the store refuses any other body than the one
+    whose keys were checked."""
+    flat: dict[str, str] = {}
+    declared = UNSIGNED_PAYLOAD
+    for name, values in headers.items():
+        lower = name.lower()
+        if lower == "x-amz-content-sha256":
+            declared = ", ".join(values) or UNSIGNED_PAYLOAD
+        elif lower not in _NOT_SIGNED and not (body is not None and lower == "content-md5"):
+            flat[name] = ", ".join(values)
+    payload = body.encode() if body is not None else b""
+    if body is not None:
+        declared = hashlib.sha256(payload).hexdigest()
+        flat["Content-MD5"] = base64.b64encode(hashlib.md5(payload).digest()).decode()
+    request = AWSRequest(method=method, url=uri, headers=flat, data=payload)
+    _FixedPayloadAuth(Credentials(*keys), region, declared).add_auth(request)
     return {k: [str(v)] for k, v in request.headers.items()}
 
 
-def signing_keys(key_id: str | None, secret: str | None) -> tuple[str, str, str | None]:
-    """The planner's keys as the signer needs them; ValidationError at startup if missing."""
-    if not key_id or not secret:
+def signing_credentials(key_id: str | None, secret: str | None) -> Callable[[], SigningKeys]:
+    """The planner's keys for signing: the configured pair, else botocore's default chain
+    (environment, profile, a pod's web-identity role; refreshed as they expire).
+    ValidationError at startup if there are none."""
+    if key_id and secret:
+        fixed = (key_id, secret, None)
+        return lambda: fixed
+    if key_id or secret:
+        raise ValidationError(
+            "ICEFLOE_REST_STORAGE_ACCESS_KEY_ID and ICEFLOE_REST_STORAGE_SECRET_ACCESS_KEY "
+            "go together: set both, or neither to use the default AWS credentials"
+        )
+    import botocore.session
+
+    found = botocore.session.get_session().get_credentials()
+    if found is None:
         raise ValidationError(
             "ICEFLOE_REST_REMOTE_SIGNING=true needs the planner's own S3 keys: "
-            "ICEFLOE_REST_STORAGE_ACCESS_KEY_ID and ICEFLOE_REST_STORAGE_SECRET_ACCESS_KEY "
-            "(or s3.access-key-id and s3.secret-access-key in the catalog URI)"
+            "ICEFLOE_REST_STORAGE_ACCESS_KEY_ID and ICEFLOE_REST_STORAGE_SECRET_ACCESS_KEY, "
+            "s3.access-key-id and s3.secret-access-key in the catalog URI, or AWS credentials"
         )
-    return key_id, secret, None
+
+    def current() -> SigningKeys:
+        frozen = found.get_frozen_credentials()
+        return str(frozen.access_key), str(frozen.secret_key), frozen.token
+
+    return current

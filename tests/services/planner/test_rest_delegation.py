@@ -12,7 +12,9 @@ role the planner assumes, narrowed per table by a session policy).
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
+import hashlib
 import json
 import urllib.parse
 import uuid
@@ -468,8 +470,25 @@ async def test_bulk_delete_is_signed_only_for_the_tables_keys(serve: Any) -> Non
         objects = "".join(f"<Object><Key>{k}</Key></Object>" for k in keys)
         return f'<Delete xmlns="http://s3.amazonaws.com/doc/2006-03-01/">{objects}</Delete>'
 
-    ok = await sign(served, WRITE, "POST", url, body=body(f"{key}/data/a", f"{key}/data/b"))
+    admin = s3_client(served.endpoint, ADMIN)
+    for name in ("a", "b"):
+        admin.put_object(Bucket=bucket, Key=f"{key}/data/{name}", Body=b"x")
+    admin.put_object(Bucket=bucket, Key=f"{other_key}/data/victim", Body=b"v")
+    mine = body(f"{key}/data/a", f"{key}/data/b")
+    ok = await sign(served, WRITE, "POST", url, body=mine)
     assert ok.status == 200, await ok.text()
+    signed = (await ok.json())["headers"]
+    # The signature holds only for the body whose keys were checked: another body (the
+    # other table's key) is refused by the store, whatever Content-MD5 the client sends.
+    forged = body(f"{other_key}/data/victim").encode()
+    forged_md5 = base64.b64encode(hashlib.md5(forged).digest()).decode()
+    status, _ = await send("POST", url, {**signed, "Content-MD5": [forged_md5]}, forged)
+    assert status in (400, 403), status
+    assert admin.get_object(Bucket=bucket, Key=f"{other_key}/data/victim")["Body"].read() == b"v"
+    status, _ = await send("POST", url, signed, mine.encode())
+    assert status == 200
+    listed = admin.list_objects_v2(Bucket=bucket, Prefix=f"{key}/data/")
+    assert listed.get("KeyCount", 0) == 0
     bad = await sign(served, WRITE, "POST", url, body=body(f"{key}/data/a", f"{other_key}/m"))
     assert bad.status == 403
     entity = '<!DOCTYPE d [<!ENTITY e "x">]>' + body(f"{key}/data/a")
