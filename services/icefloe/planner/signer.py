@@ -171,31 +171,31 @@ def check_request(
     elif method not in READ_METHODS:
         raise _forbidden(f"{method} requests are not signed")
     for key in target.keys:
-        if not _inside(target.bucket, key, roots, strictly=False):
+        if not _inside(target.bucket, key, roots):
             raise _forbidden(
                 f"s3://{target.bucket}/{key[:200]} is outside the table's location; the "
                 "signer signs only requests for the table's own files"
             )
-    if target.list_prefix is not None and not _inside(
-        target.bucket, target.list_prefix, roots, strictly=True
-    ):
+    if target.list_prefix is not None and not _inside(target.bucket, target.list_prefix, roots):
         raise _forbidden(
             f"listing s3://{target.bucket}/{target.list_prefix[:200]} would reach outside the "
             "table's location; list a prefix ending in '/' inside it"
         )
 
 
-def _inside(bucket: str, key: str, roots: list[Location], *, strictly: bool) -> bool:
-    """Whether ``s3://bucket/key`` lies in a root; ``strictly``: every key starting with
-    ``key`` does (a listing prefix), so ``t`` is refused and ``t/`` accepted."""
-    text = key[:-1] if strictly and key.endswith("/") else key
+def _inside(bucket: str, key: str, roots: list[Location]) -> bool:
+    """Whether ``s3://bucket/key`` lies strictly inside a root, as does every key starting
+    with it (for a listing prefix): ``t/x`` and ``t/`` are inside ``t``; ``t`` itself is not
+    (as a listing prefix it would also list ``t2``)."""
+    text = key[:-1] if key.endswith("/") else key
+    if text.endswith("/"):
+        return False  # an empty last step: a different key from the folder's
     try:
         where = normal_location(f"s3://{bucket}/{text}")
     except ValidationError:
         return False
-    exact_root_ok = not strictly or key.endswith("/")
     return any(
-        root.contains(where) and (exact_root_ok or where.path != root.path) for root in roots
+        root.contains(where) and (key.endswith("/") or where.path != root.path) for root in roots
     )
 
 
