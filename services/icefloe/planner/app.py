@@ -693,7 +693,9 @@ class PlannerService:
             + hashlib.sha256(f"{state.metadata_location}|{snapshots}".encode()).hexdigest()[:32]
             + '"'
         )
-        if request.headers.get("If-None-Match") == etag:
+        # Delegated access is fresh in every answer (keys expire): never "not modified".
+        fresh = self.delegation.delegates(request)
+        if request.headers.get("If-None-Match") == etag and not fresh:
             return web.Response(status=304, headers={"ETag": etag})
         body = {
             "metadata-location": state.metadata_location,

@@ -61,6 +61,7 @@ LEGACY_SIGN_PATH: Final = "/v1/aws/s3/sign"
 NAMESPACE_PROPERTY: Final = "icefloe.namespace"
 TABLE_PROPERTY: Final = "icefloe.table"
 DEFAULT_REGION: Final = "us-east-1"
+REFRESH_ENDPOINT: Final = "client.refresh-credentials-endpoint"
 
 # (namespace as in the URL path, table name) → the table's current metadata; 404 if none.
 TableLookup = Callable[[str, str], Awaitable[TableMetadata]]
@@ -104,9 +105,8 @@ class AccessDelegation:
     ) -> None:
         """Add what the client asked for and the operator enabled to the load-table ``body``
         of ``table`` (a name in the request's namespace)."""
-        wanted = requested(request)
         vend = self.vends_to(request)
-        signed = SIGNING in wanted and self.signing
+        signed = SIGNING in requested(request) and self.signing
         if not (vend or signed) or not s3_roots(metadata.location, metadata.properties):
             return
         config: dict[str, str] = body.setdefault("config", {})
@@ -119,12 +119,12 @@ class AccessDelegation:
             body["storage-credentials"] = creds
             if creds:
                 config.update(creds[0]["config"])
+                if self.vendor.mode == "sts":
+                    # Java's S3FileIO asks here for new keys before these expire.
+                    config[REFRESH_ENDPOINT] = _table_route(request, table, "credentials")
         if signed:
             namespace = request.match_info["namespace"]
-            quoted = "/".join(urllib.parse.quote(p, safe="") for p in (namespace, table))
-            ns_path, _, name_path = quoted.partition("/")
-            base = request.path.split("/namespaces/")[0].lstrip("/")
-            endpoint = f"{base}/namespaces/{ns_path}/tables/{name_path}/sign"
+            endpoint = _table_route(request, table, "sign")
             url = self._base_url(request)
             config.update(
                 {
@@ -138,6 +138,11 @@ class AccessDelegation:
             body["remote-signing-config"] = {
                 "properties": {NAMESPACE_PROPERTY: namespace, TABLE_PROPERTY: table}
             }
+
+    def delegates(self, request: web.Request) -> bool:
+        """Whether a load-table answer to ``request`` carries delegated access."""
+        wanted = requested(request)
+        return (VENDED in wanted and self.vendor.enabled) or (SIGNING in wanted and self.signing)
 
     def vends_to(self, request: web.Request) -> bool:
         """Whether the client asked for vended credentials and the operator enabled them."""
@@ -231,3 +236,11 @@ class AccessDelegation:
         if self.public_url:
             return self.public_url
         return f"{request.scheme}://{request.host}"
+
+
+def _table_route(request: web.Request, table: str, route: str) -> str:
+    """``v1/{prefix}/namespaces/{ns}/tables/{table}/{route}`` for the request's namespace,
+    relative to the catalog's base URI (as clients resolve ``s3.signer.endpoint``)."""
+    namespace = urllib.parse.quote(request.match_info["namespace"], safe="")
+    base = request.path.split("/namespaces/")[0].lstrip("/")
+    return f"{base}/namespaces/{namespace}/tables/{urllib.parse.quote(table, safe='')}/{route}"

@@ -261,7 +261,24 @@ async def test_static_vending_gives_each_scope_its_identity(serve: Any) -> None:
     assert body == b"written"
     code = denied(lambda: reader.put_object(Bucket=bucket, Key=f"{key}/data/b", Body=b"x"))
     assert code == "AccessDenied"
-    # Without the header, nothing is vended.
+    # Keys are never answered "not modified": a client revalidating gets them afresh.
+    response = await served.client.get(
+        "/v1/namespaces/db/tables/t",
+        headers={"Authorization": f"Bearer {READ}", "If-None-Match": "x", **VENDED},
+    )
+    etag = response.headers["ETag"]
+    response = await served.client.get(
+        "/v1/namespaces/db/tables/t",
+        headers={"Authorization": f"Bearer {READ}", "If-None-Match": etag, **VENDED},
+    )
+    assert response.status == 200
+    assert (await response.json())["storage-credentials"]
+    # Without the header, nothing is vended (and revalidation answers 304 as before).
+    response = await served.client.get(
+        "/v1/namespaces/db/tables/t",
+        headers={"Authorization": f"Bearer {READ}", "If-None-Match": etag},
+    )
+    assert response.status == 304
     plain = await served.load("t", WRITE, {})
     assert "storage-credentials" not in plain
     assert "s3.access-key-id" not in plain["config"]
@@ -279,6 +296,8 @@ async def test_sts_vending_is_scoped_to_the_table_and_the_token(serve: Any, auth
     cred = next(c for c in created["storage-credentials"] if c["prefix"] == location)
     assert "s3.session-token" in cred["config"]
     assert int(cred["config"]["s3.session-token-expires-at-ms"]) > 0
+    refresh = created["config"]["client.refresh-credentials-endpoint"]
+    assert refresh == "v1/namespaces/db/tables/t/credentials"
     writer = s3_client(served.endpoint, keys_of(cred))
     writer.put_object(Bucket=bucket, Key=f"{key}/data/a.parquet", Body=b"mine")
     assert writer.get_object(Bucket=bucket, Key=f"{key}/data/a.parquet")["Body"].read() == b"mine"
