@@ -27,6 +27,7 @@ without it, as the spec allows.
 
 from __future__ import annotations
 
+import functools
 import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
@@ -39,10 +40,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from icefloe.fileio import S3_ENDPOINT, S3_PATH_STYLE_ACCESS, S3_REGION
 from icefloe.metadata import TableMetadata
 from icefloe.model import describe_problems
-from icefloe.planner.auth import principal_of
+from icefloe.planner.auth import audit, principal_of
 from icefloe.planner.credentials import CredentialVendor, s3_roots
 from icefloe.planner.errors import ApiError
 from icefloe.planner.signer import (
+    READ_METHODS,
     SigningKeys,
     check_request,
     parse_target,
@@ -208,15 +210,27 @@ class AccessDelegation:
                     )
             metadata = await lookup(namespace, table)
             method = body.method.upper()
-            target = parse_target(method, body.uri, self.vendor.client_endpoint(), body.body)
             principal = principal_of(request)
-            check_request(
-                method,
-                target,
-                s3_roots(metadata.location, metadata.properties),
-                can_write=principal.can_write,
+            # Signed writes change storage: each one, granted or refused, gets an audit line.
+            audited = functools.partial(
+                audit,
+                principal,
+                "signRequest",
+                table=f"{namespace}.{table}",
+                method=method,
+                uri=body.uri[:500],
             )
+            try:
+                target = parse_target(method, body.uri, self.vendor.client_endpoint(), body.body)
+                roots = s3_roots(metadata.location, metadata.properties)
+                check_request(method, target, roots, can_write=principal.can_write)
+            except ApiError as e:
+                if method not in READ_METHODS:
+                    audited(status=e.code, error=e.message)
+                raise
             headers = sign(method, body.uri, body.headers, body.region, keys(), body.body)
+            if method not in READ_METHODS:
+                audited(status=200)
             return web.json_response({"uri": body.uri, "headers": headers})
 
         return sign_request

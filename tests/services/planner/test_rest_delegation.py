@@ -16,6 +16,7 @@ import base64
 import functools
 import hashlib
 import json
+import logging
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -390,7 +391,10 @@ async def send(
         return response.status, await response.read()
 
 
-async def test_remote_signing_reads_and_writes_only_the_table(serve: Any) -> None:
+async def test_remote_signing_reads_and_writes_only_the_table(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="icefloe.audit")
     served = await serve(remote_signing=True)
     created = await served.create("t", SIGNING)
     await served.create("u")
@@ -415,6 +419,12 @@ async def test_remote_signing_reads_and_writes_only_the_table(serve: Any) -> Non
     response = await sign(served, READ, "PUT", url, data=b"x")
     assert response.status == 403
     assert "write token" in (await response.json())["error"]["message"]
+    # Each signed or refused write has its audit line; reads have none.
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "icefloe.audit"]
+    signs = [
+        (x["principal"], x["method"], x["status"]) for x in lines if x["operation"] == "signRequest"
+    ]
+    assert signs == [("writer", "PUT", 200), ("reader", "PUT", 403)]
     # Unsigned, SeaweedFS refuses the client (it holds no keys).
     status, _ = await send("PUT", url, {"Host": [url.split("/")[2]]}, b"x")
     assert status == 403
