@@ -219,7 +219,7 @@ def sign(
     keys: SigningKeys,
     body: str | None = None,
 ) -> dict[str, list[str]]:
-    """The headers to send with the request: the client's plus the signature's.
+    """The headers the client must add to (or change in) its request: the signature's.
 
     The payload is signed as the client declared it (``x-amz-content-sha256``, else
     ``UNSIGNED-PAYLOAD``), except when the signer checked a ``body`` (bulk deletes): then its
@@ -239,7 +239,10 @@ def sign(
         flat["Content-MD5"] = base64.b64encode(hashlib.md5(payload).digest()).decode()
     request = AWSRequest(method=method, url=uri, headers=flat, data=payload)
     _FixedPayloadAuth(Credentials(*keys), region, declared).add_auth(request)
-    return {k: [str(v)] for k, v in request.headers.items()}
+    sent = {k.lower(): ", ".join(v) for k, v in headers.items()}
+    # Only what the client must add or change: Java's signer client merges these into its
+    # request, PyIceberg's appends them (a full echo would duplicate Host and the like).
+    return {k: [str(v)] for k, v in request.headers.items() if sent.get(k.lower()) != str(v)}
 
 
 def signing_credentials(key_id: str | None, secret: str | None) -> Callable[[], SigningKeys]:
