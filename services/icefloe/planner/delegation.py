@@ -12,7 +12,10 @@ The planner's hooks call :class:`AccessDelegation`:
   name the table's own sign route, so even clients that only know those settings sign
   through a route that knows the table; ``remote-signing-config`` carries the table's name
   for clients that post to ``/v1/aws/s3/sign``. Either way ``s3.endpoint``,
-  ``s3.path-style-access`` and ``client.region`` tell the client where the store is;
+  ``s3.path-style-access`` and ``client.region`` tell the client where the store is.
+  Temporary (STS) keys come with ``client.refresh-credentials-endpoint`` (the table's
+  credentials route, where Java's S3FileIO asks for new keys before they expire), and an
+  answer carrying delegated access is never ``304 Not Modified`` (its keys are fresh);
 * completed plans (:meth:`AccessDelegation.plan_credentials`): read-only keys for the
   plan's files, the spec's plan-scoped ``storage-credentials``;
 * the routes: ``GET …/tables/{t}/credentials`` (loadCredentials; read-only with a
@@ -28,7 +31,6 @@ without it, as the spec allows.
 from __future__ import annotations
 
 import functools
-import logging
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
@@ -52,8 +54,6 @@ from icefloe.planner.signer import (
     signing_credentials,
 )
 from icefloe.planner.write_config import RestCatalogSettings
-
-log = logging.getLogger(__name__)
 
 DELEGATION_HEADER: Final = "X-Iceberg-Access-Delegation"
 VENDED: Final = "vended-credentials"
