@@ -51,6 +51,14 @@ SCHEMA = {
     "fields": [{"id": 1, "name": "id", "type": "long", "required": True}],
 }
 VENDED = {"X-Iceberg-Access-Delegation": "vended-credentials"}
+# The operator's read and write identities, handed out by the token's scope.
+STATIC_VENDING = {
+    "vended_credentials": "static",
+    "vend_read_access_key_id": READER[0],
+    "vend_read_secret_access_key": READER[1],
+    "vend_write_access_key_id": WRITER[0],
+    "vend_write_secret_access_key": WRITER[1],
+}
 SIGNING = {"X-Iceberg-Access-Delegation": "remote-signing"}
 
 Client = TestClient[Any, Any]
@@ -239,13 +247,7 @@ def denied(call: Callable[[], Any]) -> str:
 
 
 async def test_static_vending_gives_each_scope_its_identity(serve: Any) -> None:
-    served = await serve(
-        vended_credentials="static",
-        vend_read_access_key_id=READER[0],
-        vend_read_secret_access_key=READER[1],
-        vend_write_access_key_id=WRITER[0],
-        vend_write_secret_access_key=WRITER[1],
-    )
+    served = await serve(**STATIC_VENDING)
     created = await served.create("t", VENDED)
     location = created["metadata"]["location"]
     (writer_cred,) = [c for c in created["storage-credentials"] if c["prefix"] == location]
@@ -339,13 +341,7 @@ async def test_sts_vending_is_scoped_to_the_table_and_the_token(serve: Any, auth
 
 
 async def test_credentials_of_a_missing_table_are_404(serve: Any) -> None:
-    served = await serve(
-        vended_credentials="static",
-        vend_read_access_key_id=READER[0],
-        vend_read_secret_access_key=READER[1],
-        vend_write_access_key_id=WRITER[0],
-        vend_write_secret_access_key=WRITER[1],
-    )
+    served = await serve(**STATIC_VENDING)
     response = await served.client.get(
         "/v1/namespaces/db/tables/nope/credentials", headers={"Authorization": f"Bearer {READ}"}
     )
