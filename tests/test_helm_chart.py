@@ -25,6 +25,8 @@ from hypothesis import strategies as st
 from hypothesis_budget import examples
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.planner.config import PlannerConfig
+from icefloe.planner.write_config import ENV_PREFIX as REST_PREFIX
+from icefloe.planner.write_config import RestCatalogSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 HELM = REPO_ROOT / ".tools" / "node_modules" / ".bin" / "helm"
@@ -82,6 +84,13 @@ FULL: dict[str, Any] = {
         "port": 9181,
         "prefix": "prod",
         "token": {"existingSecret": "planner-token", "scope": "write"},
+        "accessDelegation": {
+            "vendedCredentials": "sts",
+            "stsRoleArn": "arn:aws:iam::123456789012:role/icefloe-vend",
+            "stsDurationSeconds": 1800,
+            "remoteSigning": True,
+            "publicUrl": "https://planner.example.com",
+        },
         "service": {"port": 80},
         "ingress": {
             "enabled": True,
@@ -297,6 +306,10 @@ def test_every_variable_is_a_setting_of_its_service(values: dict[str, Any], tmp_
             "planner": ("ICEFLOE_PLANNER_", PlannerConfig.model_fields),
         }[component]
         for name in pod_environment(rendered, deployment):
+            if component == "planner" and name.startswith(REST_PREFIX):
+                # The planner's REST catalog settings (icefloe.planner.write_config).
+                assert name.removeprefix(REST_PREFIX).lower() in RestCatalogSettings.model_fields
+                continue
             if name.startswith("AWS_"):
                 assert name in {
                     "AWS_REGION",
@@ -377,6 +390,24 @@ def test_full_environment_loads_into_the_settings(tmp_path: Path) -> None:
     assert env["AWS_REGION"] == "eu-west-1"
     assert env["AWS_ENDPOINT_URL_S3"] == "https://s3.example.com"
     assert env["AWS_ACCESS_KEY_ID"] == "secret:aws-keys/AWS_ACCESS_KEY_ID"
+    rest = load_settings(env, RestCatalogSettings)
+    assert (rest.vended_credentials, rest.vend_sts_duration_s) == ("sts", 1800)
+    assert rest.vend_sts_role_arn == "arn:aws:iam::123456789012:role/icefloe-vend"
+    assert rest.remote_signing and rest.public_url == "https://planner.example.com"
+
+
+def test_static_vending_keys_come_from_a_secret(tmp_path: Path) -> None:
+    delegation = {"vendedCredentials": "static", "staticSecret": {"existingSecret": "vend"}}
+    values = {**MINIMAL, "planner": {"accessDelegation": delegation}}
+    rendered = render(values, tmp_path)
+    env = pod_environment(rendered, rendered.get("Deployment", "rel-icefloe-planner"))
+    rest = load_settings(env, RestCatalogSettings)
+    assert rest.vended_credentials == "static"
+    assert rest.vend_read_access_key_id == "secret:vend/read-access-key-id"
+    assert rest.vend_write_secret_access_key is not None
+    assert rest.vend_write_secret_access_key.get_secret_value() == (
+        "secret:vend/write-secret-access-key"
+    )
 
 
 @pytest.mark.parametrize("values", [MINIMAL, FULL], ids=["minimal", "full"])

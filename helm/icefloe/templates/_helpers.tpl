@@ -280,6 +280,18 @@ readinessProbe:
 - name: ICEFLOE_PLANNER_TOKEN_SCOPE
   value: {{ . | quote }}
 {{- end }}
+{{- $vend := $p.accessDelegation }}
+{{- if eq $vend.vendedCredentials "static" }}
+{{- $s := $vend.staticSecret }}
+{{- $name := required "planner.accessDelegation.staticSecret.existingSecret is required with vendedCredentials: static" $s.existingSecret }}
+{{- range $env, $key := dict "ICEFLOE_REST_VEND_READ_ACCESS_KEY_ID" $s.readAccessKeyIdKey "ICEFLOE_REST_VEND_READ_SECRET_ACCESS_KEY" $s.readSecretAccessKeyKey "ICEFLOE_REST_VEND_WRITE_ACCESS_KEY_ID" $s.writeAccessKeyIdKey "ICEFLOE_REST_VEND_WRITE_SECRET_ACCESS_KEY" $s.writeSecretAccessKeyKey }}
+- name: {{ $env }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $name }}
+      key: {{ $key }}
+{{- end }}
+{{- end }}
 {{- with include "icefloe.awsSecretEnv" . | trim }}
 {{ . }}
 {{- end }}

@@ -83,6 +83,7 @@ from icefloe.planner.auth import (
     write_operation,
 )
 from icefloe.planner.config import PlannerConfig
+from icefloe.planner.delegation import AccessDelegation
 from icefloe.planner.errors import ApiError, error_response
 from icefloe.planner.memory import use_arrow_allocator
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
@@ -288,6 +289,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 class PlannerService:
     """The REST planner over one catalog. ``start``/``stop`` run it; :meth:`app` for tests."""
 
+    delegation: AccessDelegation  # vended credentials and remote signing, set by app()
+
     def __init__(
         self,
         config: PlannerConfig,
@@ -483,6 +486,8 @@ class PlannerService:
         r.add_get(table + "/plan/{plan_id}", self._fetch_plan, allow_head=False)
         r.add_delete(table + "/plan/{plan_id}", self._cancel_plan)
         r.add_post(table + "/tasks", self._fetch_tasks)
+        self.delegation = AccessDelegation(rest, self.catalog.properties)
+        self.delegation.register(app, base, self._metadata_at)
         from icefloe.planner.write_routes import register_write_routes
 
         self.write_endpoints = register_write_routes(app, self, rest, authority)
@@ -688,14 +693,22 @@ class PlannerService:
             + hashlib.sha256(f"{state.metadata_location}|{snapshots}".encode()).hexdigest()[:32]
             + '"'
         )
-        if request.headers.get("If-None-Match") == etag:
+        # Delegated access is fresh in every answer (keys expire): never "not modified".
+        fresh = self.delegation.delegates(request)
+        if request.headers.get("If-None-Match") == etag and not fresh:
             return web.Response(status=304, headers={"ETag": etag})
         body = {
             "metadata-location": state.metadata_location,
             "metadata": metadata_json(state.metadata, snapshots),
             "config": self._table_config(state.metadata),
         }
+        await self.delegation.decorate(request, body, state.metadata, ident.name)
         return web.json_response(body, headers={"ETag": etag})
+
+    async def _metadata_at(self, namespace: str, table: str) -> TableMetadata:
+        """A table's metadata from its path segments (the delegation routes' lookup)."""
+        ident = TableIdentifier(parse_namespace(namespace), _check_name(table, "table name"))
+        return (await self._table(ident, tell_namespace=False)).metadata
 
     def _table_config(self, metadata: TableMetadata) -> dict[str, str]:
         """The planner's scan-planning-mode unless the table's property sets its own."""
@@ -713,10 +726,16 @@ class PlannerService:
     async def _plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
         raw = await request.read()
+        credentials = None
+        if self.delegation.vends_to(request):
+            state = await self._table(ident)
+            credentials = await self.delegation.plan_credentials(state.metadata)
         async with self._admission:
-            return await self._plan_admitted(ident, raw)
+            return await self._plan_admitted(ident, raw, credentials)
 
-    async def _plan_admitted(self, ident: TableIdentifier, raw: bytes) -> web.Response:
+    async def _plan_admitted(
+        self, ident: TableIdentifier, raw: bytes, credentials: list[dict[str, Any]] | None = None
+    ) -> web.Response:
         if len(raw) > OFFLOAD_BODY_BYTES:
             req, row_filter = await asyncio.to_thread(_parse_plan_request, raw)
         else:
@@ -736,7 +755,9 @@ class PlannerService:
         stored = self.plans.add(
             ident, plan, identity.page_size, plan_id=identity.plan_id, key=identity.key
         )
-        return _json_bytes_response(await self._completed(stored, with_id=True))
+        return _json_bytes_response(
+            await self._completed(stored, with_id=True, credentials=credentials)
+        )
 
     async def _make_plan(
         self,
@@ -786,11 +807,20 @@ class PlannerService:
         self._planned.labels("pruned-by-metrics").inc(counts.by_metrics)
         return plan
 
-    async def _completed(self, stored: StoredPlan, *, with_id: bool = False) -> bytes:
-        """The completed-plan body: status, the first page's tasks, the other pages' tokens."""
+    async def _completed(
+        self,
+        stored: StoredPlan,
+        *,
+        with_id: bool = False,
+        credentials: list[dict[str, Any]] | None = None,
+    ) -> bytes:
+        """The completed-plan body: status, the first page's tasks, the other pages' tokens
+        (and the plan-scoped storage credentials the client asked for)."""
         head: dict[str, Any] = {"status": "completed"}
         if with_id:
             head["plan-id"] = stored.plan_id
+        if credentials is not None:
+            head["storage-credentials"] = credentials
         tokens = stored.tokens()
         if tokens:
             head["plan-tasks"] = tokens

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pydantic
 from pydantic import Field, SecretStr
@@ -82,6 +82,59 @@ class RestCatalogSettings(BaseSettings):
     )
     oauth_token_ttl_s: int = Field(
         3600, ge=60, description="lifetime of tokens issued by /v1/oauth/tokens"
+    )
+
+    # -- access delegation (icefloe.planner.credentials, icefloe.planner.signer) ------------
+    vended_credentials: Literal["off", "static", "sts"] = Field(
+        "off",
+        description="storage credentials for clients that ask for vended-credentials: 'static' "
+        "hands out the configured read or write keys (vend_read_access_key_id and the like) "
+        "by token scope, 'sts' mints temporary keys with AssumeRole (vend_sts_role_arn) and a "
+        "session policy scoped to the table's location and the token's scope; 'off' vends none",
+    )
+    vend_read_access_key_id: str | None = Field(
+        None, description="static vending: the access key id read tokens receive"
+    )
+    vend_read_secret_access_key: SecretStr | None = Field(
+        None, description="static vending: its secret (an identity that may only read)"
+    )
+    vend_write_access_key_id: str | None = Field(
+        None, description="static vending: the access key id write tokens receive"
+    )
+    vend_write_secret_access_key: SecretStr | None = Field(
+        None, description="static vending: its secret (an identity that may read and write)"
+    )
+    vend_sts_role_arn: str | None = Field(
+        None, description="sts vending: the role assumed for each table and scope"
+    )
+    vend_sts_endpoint: str | None = Field(
+        None, description="sts vending: the STS endpoint (unset: AWS's regional endpoint)"
+    )
+    vend_sts_duration_s: int = Field(
+        3600, ge=900, le=43200, description="sts vending: lifetime of the minted credentials"
+    )
+    remote_signing: bool = Field(
+        False,
+        description="sign clients' S3 requests under their table's location with the planner's "
+        "own keys (/v1/aws/s3/sign and the per-table sign route), advertised in loadTable",
+    )
+    storage_access_key_id: str | None = Field(
+        None,
+        description="the planner's own S3 key id, for remote signing and STS calls (unset: the "
+        "catalog's s3.access-key-id)",
+    )
+    storage_secret_access_key: SecretStr | None = Field(
+        None, description="its secret (unset: the catalog's s3.secret-access-key)"
+    )
+    client_s3_endpoint: str | None = Field(
+        None,
+        description="the S3 endpoint advertised to clients with vended credentials or signing "
+        "(unset: the catalog's s3.endpoint)",
+    )
+    public_url: str | None = Field(
+        None,
+        description="the planner's base URL as clients reach it, for s3.signer.uri (unset: "
+        "the scheme and host of each request)",
     )
 
     def allowed_location_list(self) -> list[str]:

@@ -81,6 +81,7 @@ from icefloe.planner.auth import (
     principal_of,
 )
 from icefloe.planner.config import PlannerConfig
+from icefloe.planner.delegation import AccessDelegation
 from icefloe.planner.errors import ApiError
 from icefloe.planner.location_policy import LocationPolicy
 from icefloe.planner.refresher import TableRefresher
@@ -111,6 +112,9 @@ class PlannerService(Protocol):
 
     @property
     def registry(self) -> CollectorRegistry: ...
+
+    @property
+    def delegation(self) -> AccessDelegation: ...
 
 
 NAMESPACE_SEPARATOR = "\x1f"
@@ -453,13 +457,16 @@ class WriteRoutes:
 
     # -- tables -----------------------------------------------------------------------------
 
-    def _load_result(self, location: str | None, metadata: TableMetadata) -> web.Response:
+    async def _load_result(
+        self, request: web.Request, name: str, location: str | None, metadata: TableMetadata
+    ) -> web.Response:
         body: dict[str, Any] = {
             "metadata": metadata.to_json(),
             "config": {SCAN_PLANNING_MODE: "server"},
         }
         if location is not None:
             body["metadata-location"] = location
+        await self.service.delegation.decorate(request, body, metadata, name)
         return web.json_response(body)
 
     def _seen(self, table: Table) -> None:
@@ -497,7 +504,7 @@ class WriteRoutes:
             for folder in (metadata_dir(metadata), data_dir(metadata)):
                 await self.catalog.io.make_dirs(folder)
             audit(principal, "createTable", status=200, table=str(ident), staged=True)
-            return self._load_result(None, metadata)
+            return await self._load_result(request, ident.name, None, metadata)
         try:
             table = await self.catalog.create_table_with_metadata(ident, metadata)
         except AlreadyExistsError as e:
@@ -510,7 +517,7 @@ class WriteRoutes:
             table=str(ident),
             **{"metadata-location": table.metadata_location},
         )
-        return self._load_result(table.metadata_location, table.metadata)
+        return await self._load_result(request, ident.name, table.metadata_location, table.metadata)
 
     async def register_table(self, request: web.Request) -> web.StreamResponse:
         namespace = path_namespace(request.match_info["namespace"])
@@ -545,7 +552,7 @@ class WriteRoutes:
                 "snapshot-id": _snapshot_id(table.metadata),
             },
         )
-        return self._load_result(table.metadata_location, table.metadata)
+        return await self._load_result(request, ident.name, table.metadata_location, table.metadata)
 
     async def drop_table(self, request: web.Request) -> web.StreamResponse:
         ident = _path_table(request)
