@@ -2,8 +2,14 @@
 
 Manifest lists and manifests are immutable once written, so a decoded copy keyed by path
 never goes stale. Committers re-read the parent snapshot's manifests on every retry, and
-the cache turns those re-reads into dictionary lookups. The planner keeps its own,
-columnar, cache; this one serves the write path.
+the cache turns those re-reads into dictionary lookups.
+
+Finding a few files in a large table (the data files a row delta deletes rows from, their
+deletes, the deletes a rewrite must validate against, the live paths) goes through
+:meth:`ManifestReader.select` and :meth:`ManifestReader.live_paths`, which decode manifests
+to Arrow with the planner's decoder and cache (:class:`~icefloe.manifest_cache.ManifestCache`)
+and build objects only for the hits (:mod:`icefloe.entry_query`). ``columnar=False`` answers
+them entry by entry instead: the reference, kept for tests and ``make bench``.
 """
 
 from __future__ import annotations
@@ -12,13 +18,18 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from icefloe.cached_manifest import CachedManifest
 from icefloe.decoded_writer import DEFAULT_MAX_PENDING_BYTES, DecodedManifestWriter
+from icefloe.entry_query import EntryQuery, selected_entries
+from icefloe.entry_query import live_paths as _live_paths
 from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.fileio import FileIO
 from icefloe.manifest import ManifestEntry, read_manifest, read_manifest_metadata
+from icefloe.manifest_cache import ManifestCache
 from icefloe.manifest_list import ManifestContent, ManifestFile, read_manifest_list
 from icefloe.manifest_store import ManifestStore
 from icefloe.partition import PartitionSpec
+from icefloe.schema import Schema
 from icefloe.snapshot import Snapshot
 
 
@@ -63,8 +74,13 @@ class ManifestReader:
         *,
         store: ManifestStore | None = None,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        columnar: bool = True,
+        columns_cache_bytes: int = 256 << 20,
     ) -> None:
         self.io = io
+        self.columnar = columnar
+        # Decoded columns of the manifests commits look files up in, within their own budget.
+        self.columns = ManifestCache(io, columns_cache_bytes)
         self.store = store
         self.decoded_writer = (
             DecodedManifestWriter(store, max_pending_bytes) if store is not None else None
@@ -120,11 +136,7 @@ class ManifestReader:
         live_only: bool = False,
     ) -> list[ManifestEntry]:
         """The manifest's entries with inherited snapshot ids and sequence numbers filled in."""
-        if manifest.partition_spec_id not in specs:
-            raise ValidationError(
-                f"manifest {manifest.manifest_path} uses partition spec "
-                f"{manifest.partition_spec_id}, which the table does not have"
-            )
+        _check_spec(manifest, specs)
         key = manifest.manifest_path
         cached: list[ManifestEntry] | None = self._cache.get(key)
         if cached is None:
@@ -134,3 +146,56 @@ class ManifestReader:
         if live_only:
             return [e for e in cached if e.is_live]
         return list(cached)
+
+    async def decoded(
+        self, manifests: list[ManifestFile], specs: Mapping[int, PartitionSpec], schema: Schema
+    ) -> list[CachedManifest]:
+        """The manifests as the planner's Arrow columns (read and decoded concurrently, off
+        the event loop, and cached)."""
+        for m in manifests:
+            _check_spec(m, specs)
+        return await self.columns.manifests(manifests, specs, schema)
+
+    async def select(
+        self,
+        manifests: list[ManifestFile],
+        specs: Mapping[int, PartitionSpec],
+        schema: Schema,
+        query: EntryQuery,
+    ) -> list[tuple[ManifestFile, list[ManifestEntry]]]:
+        """The entries ``query`` selects, per manifest that has any (in the given order)."""
+        out: list[tuple[ManifestFile, list[ManifestEntry]]] = []
+        if not self.columnar:
+            for m in manifests:
+                hits = [e for e in await self.entries(m, specs) if query.matches(e)]
+                if hits:
+                    out.append((m, hits))
+            return out
+        for m, decoded in zip(manifests, await self.decoded(manifests, specs, schema)):
+            hits = selected_entries(decoded, query)
+            if hits:
+                out.append((m, hits))
+        return out
+
+    async def live_paths(
+        self, manifests: list[ManifestFile], specs: Mapping[int, PartitionSpec], schema: Schema
+    ) -> set[str]:
+        """Paths of the live entries of ``manifests``."""
+        paths: set[str] = set()
+        if not self.columnar:
+            for m in manifests:
+                paths.update(
+                    e.data_file.file_path for e in await self.entries(m, specs, live_only=True)
+                )
+            return paths
+        for decoded in await self.decoded(manifests, specs, schema):
+            paths.update(_live_paths(decoded))
+        return paths
+
+
+def _check_spec(manifest: ManifestFile, specs: Mapping[int, PartitionSpec]) -> None:
+    if manifest.partition_spec_id not in specs:
+        raise ValidationError(
+            f"manifest {manifest.manifest_path} uses partition spec "
+            f"{manifest.partition_spec_id}, which the table does not have"
+        )

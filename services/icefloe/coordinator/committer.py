@@ -614,10 +614,8 @@ class TableCommitter:
                             elif entry.status == ManifestEntryStatus.DELETED:
                                 paths.discard(entry.data_file.file_path)
             else:
-                paths = set()
-                for manifest in await self.reader.manifests(head):
-                    for entry in await self.reader.entries(manifest, specs, live_only=True):
-                        paths.add(entry.data_file.file_path)
+                manifests = await self.reader.manifests(head)
+                paths = await self.reader.live_paths(manifests, specs, metadata.schema())
             live = _LiveFiles(head_id, paths)
         self._live[branch] = live
         return live.paths
