@@ -75,7 +75,7 @@ class ManifestReader:
         store: ManifestStore | None = None,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         columnar: bool = True,
-        columns_cache_bytes: int = 256 << 20,
+        columns_cache_bytes: int = 64 << 20,
     ) -> None:
         self.io = io
         self.columnar = columnar
