@@ -203,4 +203,3 @@ def test_summaries_rule_out_partitions_outside_their_bounds() -> None:
     assert summaries_may_contain(row, ptype, [(3, "a"), (1, "a")])
     assert not summaries_may_contain(row, ptype, [])
     assert summaries_may_contain(row.copy(partitions=None), ptype, [(3, "a")])
-
