@@ -129,9 +129,12 @@ def selected_entries(m: CachedManifest, query: EntryQuery) -> list[ManifestEntry
     return entries_at(m, indices)
 
 
-def live_paths(m: CachedManifest) -> list[str]:
-    """Paths of the live entries of a decoded manifest."""
-    paths: list[str] = m.column("file_path").filter(m.status_mask("live")).to_pylist()
+def entry_paths(m: CachedManifest, *, live_only: bool = True) -> list[str]:
+    """Paths of the entries (the live ones with ``live_only``) of a decoded manifest."""
+    column = m.column("file_path")
+    if live_only:
+        column = column.filter(m.status_mask("live"))
+    paths: list[str] = column.to_pylist()
     return paths
 
 
@@ -180,7 +183,7 @@ def _field_may_contain(s: PartitionFieldSummary, t: IcebergType, value: Any) -> 
 __all__ = [
     "EntryQuery",
     "entries_at",
-    "live_paths",
+    "entry_paths",
     "selected_entries",
     "summaries_may_contain",
 ]

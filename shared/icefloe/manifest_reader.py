@@ -6,7 +6,7 @@ the cache turns those re-reads into dictionary lookups.
 
 Finding a few files in a large table (the data files a row delta deletes rows from, their
 deletes, the deletes a rewrite must validate against, the live paths) goes through
-:meth:`ManifestReader.select` and :meth:`ManifestReader.live_paths`, which decode manifests
+:meth:`ManifestReader.select` and :meth:`ManifestReader.file_paths`, which decode manifests
 to Arrow with the planner's decoder and cache (:class:`~icefloe.manifest_cache.ManifestCache`)
 and build objects only for the hits (:mod:`icefloe.entry_query`). ``columnar=False`` answers
 them entry by entry instead: the reference, kept for tests and ``make bench``.
@@ -15,22 +15,24 @@ them entry by entry instead: the reference, kept for tests and ``make bench``.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from icefloe.cached_manifest import CachedManifest
 from icefloe.decoded_writer import DEFAULT_MAX_PENDING_BYTES, DecodedManifestWriter
-from icefloe.entry_query import EntryQuery, selected_entries
-from icefloe.entry_query import live_paths as _live_paths
+from icefloe.entry_query import EntryQuery, entry_paths, selected_entries
 from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.fileio import FileIO
 from icefloe.manifest import ManifestEntry, read_manifest, read_manifest_metadata
-from icefloe.manifest_cache import ManifestCache
+from icefloe.manifest_cache import DEFAULT_LOAD_CONCURRENCY, ManifestCache
 from icefloe.manifest_list import ManifestContent, ManifestFile, read_manifest_list
 from icefloe.manifest_store import ManifestStore
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 from icefloe.snapshot import Snapshot
+
+# Manifests decoded at once by the Arrow walks: the cache's default load concurrency.
+_CHUNK = DEFAULT_LOAD_CONCURRENCY
 
 
 class _LRU:
@@ -156,6 +158,17 @@ class ManifestReader:
             _check_spec(m, specs)
         return await self.columns.manifests(manifests, specs, schema)
 
+    async def _decoded_chunks(
+        self, manifests: list[ManifestFile], specs: Mapping[int, PartitionSpec], schema: Schema
+    ) -> AsyncIterator[tuple[ManifestFile, CachedManifest]]:
+        """Decoded manifests a chunk at a time (as many as the cache loads at once), so a
+        walk over a large table holds the columns of one chunk beyond the cache's budget,
+        not of every manifest."""
+        for start in range(0, len(manifests), _CHUNK):
+            chunk = manifests[start : start + _CHUNK]
+            for pair in zip(chunk, await self.decoded(chunk, specs, schema)):
+                yield pair
+
     async def select(
         self,
         manifests: list[ManifestFile],
@@ -171,25 +184,29 @@ class ManifestReader:
                 if hits:
                     out.append((m, hits))
             return out
-        for m, decoded in zip(manifests, await self.decoded(manifests, specs, schema)):
+        async for m, decoded in self._decoded_chunks(manifests, specs, schema):
             hits = selected_entries(decoded, query)
             if hits:
                 out.append((m, hits))
         return out
 
-    async def live_paths(
-        self, manifests: list[ManifestFile], specs: Mapping[int, PartitionSpec], schema: Schema
+    async def file_paths(
+        self,
+        manifests: list[ManifestFile],
+        specs: Mapping[int, PartitionSpec],
+        schema: Schema,
+        *,
+        live_only: bool = True,
     ) -> set[str]:
-        """Paths of the live entries of ``manifests``."""
+        """Paths of the entries of ``manifests`` (only the live ones with ``live_only``)."""
         paths: set[str] = set()
         if not self.columnar:
             for m in manifests:
-                paths.update(
-                    e.data_file.file_path for e in await self.entries(m, specs, live_only=True)
-                )
+                entries = await self.entries(m, specs, live_only=live_only)
+                paths.update(e.data_file.file_path for e in entries)
             return paths
-        for decoded in await self.decoded(manifests, specs, schema):
-            paths.update(_live_paths(decoded))
+        async for _, decoded in self._decoded_chunks(manifests, specs, schema):
+            paths.update(entry_paths(decoded, live_only=live_only))
         return paths
 
 

@@ -5,7 +5,7 @@ entries; data files, position delete files with and without a referenced data fi
 equality deletes) are written with the real writer, then asked the same random
 :class:`EntryQuery` through :meth:`ManifestReader.select` with ``columnar=True`` (the
 planner's Arrow decoder) and ``columnar=False`` (fastavro, entry by entry): the manifests
-and entries must be the same, and so must :meth:`ManifestReader.live_paths`. The partition
+and entries must be the same, and so must :meth:`ManifestReader.file_paths` (live entries, and all). The partition
 summaries of the manifest list must never rule out a partition a live entry is in.
 """
 
@@ -158,8 +158,9 @@ def _select(
 
     async def run() -> Any:
         selected = await reader.select(manifests, specs, SCHEMA, query)
-        paths = await reader.live_paths(manifests, specs, SCHEMA)
-        return [(m.manifest_path, hits) for m, hits in selected], paths
+        live = await reader.file_paths(manifests, specs, SCHEMA)
+        every = await reader.file_paths(manifests, specs, SCHEMA, live_only=False)
+        return [(m.manifest_path, hits) for m, hits in selected], live, every
 
     return asyncio.run(run())
 

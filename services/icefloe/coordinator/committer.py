@@ -615,7 +615,7 @@ class TableCommitter:
                                 paths.discard(entry.data_file.file_path)
             else:
                 manifests = await self.reader.manifests(head)
-                paths = await self.reader.live_paths(manifests, specs, metadata.schema())
+                paths = await self.reader.file_paths(manifests, specs, metadata.schema())
             live = _LiveFiles(head_id, paths)
         self._live[branch] = live
         return live.paths

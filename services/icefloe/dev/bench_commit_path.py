@@ -184,7 +184,7 @@ async def live_paths(generated: Generated, reader: ManifestReader) -> set[str]:
     snapshot = metadata.current_snapshot()
     assert snapshot is not None
     manifests = await reader.manifests(snapshot)
-    return await reader.live_paths(manifests, metadata.specs(), metadata.schema())
+    return await reader.file_paths(manifests, metadata.specs(), metadata.schema())
 
 
 async def _timed(run: Any, repeat: int, warmup: bool) -> Timing:
