@@ -277,7 +277,9 @@ class SnapshotProducer:
             if manifest.manifest_path not in candidates:
                 results[i] = manifest
                 continue
-            entries = await self.reader.entries(manifest, specs)
+            # Live entries only: deletions of earlier snapshots are not carried forward.
+            selected = await self.reader.select([manifest], specs, base.schema(), EntryQuery())
+            entries = selected[0][1] if selected else []
             doomed = [
                 e
                 for e in entries
