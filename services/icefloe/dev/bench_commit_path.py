@@ -40,17 +40,20 @@ from icefloe.catalog import Table, TableIdentifier
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.deletion_vector import DeletionVector, build_deletion_vector_file
 from icefloe.dev.bench import BenchContext, Figure, Kind, Timing, benchmark
-from icefloe.dev.bench_planner import SCHEMA, BenchmarkCheckError, data_file
+from icefloe.dev.bench_planner import (
+    BenchmarkCheckError,
+    data_file,
+    events_table,
+    write_data_manifests,
+)
 from icefloe.fileio import LocalFileIO
 from icefloe.manifest import ManifestWriter
-from icefloe.manifest_list import ManifestContent, ManifestFile, write_manifest_list
+from icefloe.manifest_list import ManifestContent, write_manifest_list
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
-from icefloe.partition import PartitionSpecBuilder
+from icefloe.metadata_builder import MetadataBuilder
 from icefloe.snapshot import Operation, Snapshot, SnapshotRef, Summary
 from icefloe.snapshot_producer import SnapshotProducer
-from icefloe.sort_order import SortOrder
 
 SNAPSHOT_ID = 7_654_321
 DV_EVERY = 500  # files 250, 750, ... have a DV already
@@ -73,32 +76,12 @@ async def generate(directory: Path, files: int, per_manifest: int) -> Generated:
     """A v3 table of ``files`` data files in manifests of ``per_manifest``, and a delete
     manifest of DVs for every :data:`DV_EVERY`-th file (a real Puffin file)."""
     location = str(directory / "table")
-    base = new_table_metadata(
-        SCHEMA,
-        PartitionSpecBuilder(SCHEMA)
-        .add_field("ts", "day")
-        .add_field("user_id", "bucket[16]")
-        .build(),
-        SortOrder.unsorted(),
-        location,
-        {},
-        format_version=3,
-    )
+    base = events_table(location, 3)
     schema, spec = base.schema(), base.spec()
     metadata_dir = directory / "table" / "metadata"
     metadata_dir.mkdir(parents=True)
     (directory / "table" / "data").mkdir(parents=True)
-    rows: list[ManifestFile] = []
-    for m, start in enumerate(range(0, files, per_manifest)):
-        buffer = io.BytesIO()
-        with ManifestWriter(
-            buffer, spec=spec, schema=schema, format_version=3, snapshot_id=SNAPSHOT_ID
-        ) as writer:
-            for i in range(start, min(files, start + per_manifest)):
-                writer.add(data_file(i, spec.spec_id))
-        path = metadata_dir / f"m{m:05d}.avro"
-        path.write_bytes(buffer.getvalue())
-        rows.append(writer.to_manifest_file(str(path), buffer.tell()))
+    rows = write_data_manifests(metadata_dir, spec, schema, files, per_manifest, 3, SNAPSHOT_ID)
     vectors = [
         (data_file(i, spec.spec_id), DeletionVector.from_positions([1, 2, 3]))
         for i in range(DV_EVERY // 2, files, DV_EVERY)
