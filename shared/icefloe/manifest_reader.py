@@ -9,7 +9,9 @@ deletes, the deletes a rewrite must validate against, the live paths) goes throu
 :meth:`ManifestReader.select` and :meth:`ManifestReader.file_paths`, which decode manifests
 to Arrow with the planner's decoder and cache (:class:`~icefloe.manifest_cache.ManifestCache`)
 and build objects only for the hits (:mod:`icefloe.entry_query`). ``columnar=False`` answers
-them entry by entry instead: the reference, kept for tests and ``make bench``.
+them entry by entry instead: the reference, kept for tests and ``make bench``. Manifests
+under ``columnar_min_bytes`` are read entry by entry either way, where fastavro is cheaper
+than the native reader's fixed costs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from icefloe.manifest_store import ManifestStore
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 from icefloe.snapshot import Snapshot
+
+# Manifests smaller than this are read entry by entry even on the Arrow path (see _split):
+# about 500 entries with full metrics.
+COLUMNAR_MIN_BYTES = 128 << 10
 
 # Manifests decoded at once by the Arrow walks: the cache's default load concurrency.
 _CHUNK = DEFAULT_LOAD_CONCURRENCY
@@ -77,10 +83,12 @@ class ManifestReader:
         store: ManifestStore | None = None,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
         columnar: bool = True,
+        columnar_min_bytes: int = COLUMNAR_MIN_BYTES,
         columns_cache_bytes: int = 64 << 20,
     ) -> None:
         self.io = io
         self.columnar = columnar
+        self.columnar_min_bytes = columnar_min_bytes
         # Decoded columns of the manifests commits look files up in, within their own budget.
         self.columns = ManifestCache(io, columns_cache_bytes)
         self.store = store
@@ -169,6 +177,16 @@ class ManifestReader:
             for pair in zip(chunk, await self.decoded(chunk, specs, schema)):
                 yield pair
 
+    def _split(self, manifests: list[ManifestFile]) -> tuple[list[ManifestFile], set[str]]:
+        """The manifests to decode as Arrow, and the paths of the rest (read entry by entry):
+        small manifests are cheaper through fastavro than the native reader's fixed costs
+        (the first decode in a process starts DataFusion, seconds on a loaded machine)."""
+        if not self.columnar:
+            return [], {m.manifest_path for m in manifests}
+        large = [m for m in manifests if m.manifest_length >= self.columnar_min_bytes]
+        small = {m.manifest_path for m in manifests} - {m.manifest_path for m in large}
+        return large, small
+
     async def select(
         self,
         manifests: list[ManifestFile],
@@ -177,15 +195,16 @@ class ManifestReader:
         query: EntryQuery,
     ) -> list[tuple[ManifestFile, list[ManifestEntry]]]:
         """The entries ``query`` selects, per manifest that has any (in the given order)."""
+        large, small = self._split(manifests)
+        found: dict[str, list[ManifestEntry]] = {}
+        async for m, decoded in self._decoded_chunks(large, specs, schema):
+            found[m.manifest_path] = selected_entries(decoded, query)
         out: list[tuple[ManifestFile, list[ManifestEntry]]] = []
-        if not self.columnar:
-            for m in manifests:
+        for m in manifests:
+            if m.manifest_path in small:
                 hits = [e for e in await self.entries(m, specs) if query.matches(e)]
-                if hits:
-                    out.append((m, hits))
-            return out
-        async for m, decoded in self._decoded_chunks(manifests, specs, schema):
-            hits = selected_entries(decoded, query)
+            else:
+                hits = found[m.manifest_path]
             if hits:
                 out.append((m, hits))
         return out
@@ -199,13 +218,13 @@ class ManifestReader:
         live_only: bool = True,
     ) -> set[str]:
         """Paths of the entries of ``manifests`` (only the live ones with ``live_only``)."""
+        large, small = self._split(manifests)
         paths: set[str] = set()
-        if not self.columnar:
-            for m in manifests:
+        for m in manifests:
+            if m.manifest_path in small:
                 entries = await self.entries(m, specs, live_only=live_only)
                 paths.update(e.data_file.file_path for e in entries)
-            return paths
-        async for _, decoded in self._decoded_chunks(manifests, specs, schema):
+        async for _, decoded in self._decoded_chunks(large, specs, schema):
             paths.update(entry_paths(decoded, live_only=live_only))
         return paths
 

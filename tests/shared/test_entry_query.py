@@ -153,7 +153,7 @@ def _select(
     query: EntryQuery,
     columnar: bool,
 ) -> Any:
-    reader = ManifestReader(io, columnar=columnar)  # type: ignore[arg-type]
+    reader = ManifestReader(io, columnar=columnar, columnar_min_bytes=0)  # type: ignore[arg-type]
     specs = {0: spec}
 
     async def run() -> Any:

@@ -124,7 +124,8 @@ async def _run(directory: str, s: dict[str, Any]) -> None:
 
     outcomes = []
     for columnar in (True, False):
-        p = producer(ManifestReader(table.io, columnar=columnar))
+        reader = ManifestReader(table.io, columnar=columnar, columnar_min_bytes=0)
+        p = producer(reader)
         try:
             built = await p.build(table)
         except (ValidationError, ValidationConflictError) as e:
