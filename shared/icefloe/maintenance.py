@@ -21,6 +21,7 @@ from icefloe.catalog import Table
 from icefloe.commit import RetryPolicy, commit_with_retry
 from icefloe.commit_index import check_snapshot_removal, dedup_window_ms, snapshots_in_window
 from icefloe.errors import NotFoundError, ValidationError
+from icefloe.manifest_list import ManifestFile
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import MetadataBuilder
@@ -133,9 +134,9 @@ async def _reachable(
     """
     lists: set[str] = set()
     manifests: set[str] = set()
-    files: set[str] = set()
     specs = metadata.specs()
     seen: set[str] = set()
+    unseen: list[ManifestFile] = []
     for s in snapshots:
         if s.manifest_list:
             lists.add(s.manifest_list)
@@ -144,8 +145,8 @@ async def _reachable(
             if m.manifest_path in seen:
                 continue
             seen.add(m.manifest_path)
-            for e in await reader.entries(m, specs, live_only=live_only):
-                files.add(e.data_file.file_path)
+            unseen.append(m)
+    files = await reader.file_paths(unseen, specs, metadata.schema(), live_only=live_only)
     return lists, manifests, files
 
 

@@ -2,24 +2,43 @@
 
 Manifest lists and manifests are immutable once written, so a decoded copy keyed by path
 never goes stale. Committers re-read the parent snapshot's manifests on every retry, and
-the cache turns those re-reads into dictionary lookups. The planner keeps its own,
-columnar, cache; this one serves the write path.
+the cache turns those re-reads into dictionary lookups.
+
+Finding a few files in a large table (the data files a row delta deletes rows from, their
+deletes, the deletes a rewrite must validate against, the live paths) goes through
+:meth:`ManifestReader.select` and :meth:`ManifestReader.file_paths`, which decode manifests
+to Arrow with the planner's decoder and cache (:class:`~icefloe.manifest_cache.ManifestCache`)
+and build objects only for the hits (:mod:`icefloe.entry_query`). ``columnar=False`` answers
+them entry by entry instead: the reference, kept for tests and ``make bench``. Manifests
+under ``columnar_min_bytes`` are read entry by entry either way, where fastavro is cheaper
+than the native reader's fixed costs.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from icefloe.cached_manifest import CachedManifest
 from icefloe.decoded_writer import DEFAULT_MAX_PENDING_BYTES, DecodedManifestWriter
+from icefloe.entry_query import EntryQuery, entry_paths, selected_entries
 from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.fileio import FileIO
 from icefloe.manifest import ManifestEntry, read_manifest, read_manifest_metadata
+from icefloe.manifest_cache import DEFAULT_LOAD_CONCURRENCY, ManifestCache
 from icefloe.manifest_list import ManifestContent, ManifestFile, read_manifest_list
 from icefloe.manifest_store import ManifestStore
 from icefloe.partition import PartitionSpec
+from icefloe.schema import Schema
 from icefloe.snapshot import Snapshot
+
+# Manifests smaller than this are read entry by entry even on the Arrow path (see _split):
+# about 500 entries with full metrics.
+COLUMNAR_MIN_BYTES = 128 << 10
+
+# Manifests decoded at once by the Arrow walks: the cache's default load concurrency.
+_CHUNK = DEFAULT_LOAD_CONCURRENCY
 
 
 class _LRU:
@@ -63,8 +82,15 @@ class ManifestReader:
         *,
         store: ManifestStore | None = None,
         max_pending_bytes: int = DEFAULT_MAX_PENDING_BYTES,
+        columnar: bool = True,
+        columnar_min_bytes: int = COLUMNAR_MIN_BYTES,
+        columns_cache_bytes: int = 64 << 20,
     ) -> None:
         self.io = io
+        self.columnar = columnar
+        self.columnar_min_bytes = columnar_min_bytes
+        # Decoded columns of the manifests commits look files up in, within their own budget.
+        self.columns = ManifestCache(io, columns_cache_bytes)
         self.store = store
         self.decoded_writer = (
             DecodedManifestWriter(store, max_pending_bytes) if store is not None else None
@@ -120,11 +146,7 @@ class ManifestReader:
         live_only: bool = False,
     ) -> list[ManifestEntry]:
         """The manifest's entries with inherited snapshot ids and sequence numbers filled in."""
-        if manifest.partition_spec_id not in specs:
-            raise ValidationError(
-                f"manifest {manifest.manifest_path} uses partition spec "
-                f"{manifest.partition_spec_id}, which the table does not have"
-            )
+        _check_spec(manifest, specs)
         key = manifest.manifest_path
         cached: list[ManifestEntry] | None = self._cache.get(key)
         if cached is None:
@@ -134,3 +156,82 @@ class ManifestReader:
         if live_only:
             return [e for e in cached if e.is_live]
         return list(cached)
+
+    async def decoded(
+        self, manifests: list[ManifestFile], specs: Mapping[int, PartitionSpec], schema: Schema
+    ) -> list[CachedManifest]:
+        """The manifests as the planner's Arrow columns (read and decoded concurrently, off
+        the event loop, and cached)."""
+        for m in manifests:
+            _check_spec(m, specs)
+        return await self.columns.manifests(manifests, specs, schema)
+
+    async def _decoded_chunks(
+        self, manifests: list[ManifestFile], specs: Mapping[int, PartitionSpec], schema: Schema
+    ) -> AsyncIterator[tuple[ManifestFile, CachedManifest]]:
+        """Decoded manifests a chunk at a time (as many as the cache loads at once), so a
+        walk over a large table holds the columns of one chunk beyond the cache's budget,
+        not of every manifest."""
+        for start in range(0, len(manifests), _CHUNK):
+            chunk = manifests[start : start + _CHUNK]
+            for pair in zip(chunk, await self.decoded(chunk, specs, schema)):
+                yield pair
+
+    def _split(self, manifests: list[ManifestFile]) -> tuple[list[ManifestFile], set[str]]:
+        """The manifests to decode as Arrow, and the paths of the rest (read entry by entry):
+        small manifests are cheaper through fastavro than the native reader's fixed costs
+        (the first decode in a process starts DataFusion, seconds on a loaded machine)."""
+        if not self.columnar:
+            return [], {m.manifest_path for m in manifests}
+        large = [m for m in manifests if m.manifest_length >= self.columnar_min_bytes]
+        small = {m.manifest_path for m in manifests} - {m.manifest_path for m in large}
+        return large, small
+
+    async def select(
+        self,
+        manifests: list[ManifestFile],
+        specs: Mapping[int, PartitionSpec],
+        schema: Schema,
+        query: EntryQuery,
+    ) -> list[tuple[ManifestFile, list[ManifestEntry]]]:
+        """The entries ``query`` selects, per manifest that has any (in the given order)."""
+        large, small = self._split(manifests)
+        found: dict[str, list[ManifestEntry]] = {}
+        async for m, decoded in self._decoded_chunks(large, specs, schema):
+            found[m.manifest_path] = selected_entries(decoded, query)
+        out: list[tuple[ManifestFile, list[ManifestEntry]]] = []
+        for m in manifests:
+            if m.manifest_path in small:
+                hits = [e for e in await self.entries(m, specs) if query.matches(e)]
+            else:
+                hits = found[m.manifest_path]
+            if hits:
+                out.append((m, hits))
+        return out
+
+    async def file_paths(
+        self,
+        manifests: list[ManifestFile],
+        specs: Mapping[int, PartitionSpec],
+        schema: Schema,
+        *,
+        live_only: bool = True,
+    ) -> set[str]:
+        """Paths of the entries of ``manifests`` (only the live ones with ``live_only``)."""
+        large, small = self._split(manifests)
+        paths: set[str] = set()
+        for m in manifests:
+            if m.manifest_path in small:
+                entries = await self.entries(m, specs, live_only=live_only)
+                paths.update(e.data_file.file_path for e in entries)
+        async for _, decoded in self._decoded_chunks(large, specs, schema):
+            paths.update(entry_paths(decoded, live_only=live_only))
+        return paths
+
+
+def _check_spec(manifest: ManifestFile, specs: Mapping[int, PartitionSpec]) -> None:
+    if manifest.partition_spec_id not in specs:
+        raise ValidationError(
+            f"manifest {manifest.manifest_path} uses partition spec "
+            f"{manifest.partition_spec_id}, which the table does not have"
+        )

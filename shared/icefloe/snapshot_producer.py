@@ -57,6 +57,7 @@ from icefloe.deletion_vector import (
     positions_in_delete_file,
     read_deletion_vector,
 )
+from icefloe.entry_query import EntryQuery, summaries_may_contain
 from icefloe.errors import CommitFailedError, ValidationConflictError, ValidationError
 from icefloe.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriter
 from icefloe.manifest_list import ManifestContent, ManifestFile, write_manifest_list
@@ -126,6 +127,8 @@ class SnapshotProducer:
         self._added_dvs: list[DataFile] = []
         self._old_deletes: dict[tuple[str, int | None, str], DeletionVector] = {}
         self._doomed_keys: set[tuple[str, int | None]] = set()
+        # Manifests holding the deletes in _doomed_keys (found with them, per attempt).
+        self._doomed_manifests: set[str] = set()
         self._deleted_paths: set[str] = set()
         self._delete_filter: FileFilter | None = None
         self._new_manifests: list[ManifestFile] | None = None
@@ -283,16 +286,19 @@ class SnapshotProducer:
         )
         results: dict[int, ManifestFile] = {}
         removed_data: set[str] = set()
+        candidates = await self._may_remove_from(base, parent_manifests) if removing else set()
         for i in order:
             manifest = parent_manifests[i]
             if not _has_live(manifest):
                 # Only deletions of an earlier snapshot are left in it: no reader needs those
                 # entries, and carrying them forward would keep the deleted files reachable.
                 continue
-            if not removing:
+            if manifest.manifest_path not in candidates:
                 results[i] = manifest
                 continue
-            entries = await self.reader.entries(manifest, specs)
+            # Live entries only: deletions of earlier snapshots are not carried forward.
+            selected = await self.reader.select([manifest], specs, base.schema(), EntryQuery())
+            entries = selected[0][1] if selected else []
             doomed = [
                 e
                 for e in entries
@@ -433,15 +439,18 @@ class SnapshotProducer:
         start_seq = start.sequence_number if start is not None else -1
         specs = base.specs()
         index = DeleteFileIndex(specs, base.schema())
-        for manifest in await self.reader.manifests(parent):
-            if manifest.content != ManifestContent.DELETES:
-                continue
-            if manifest.sequence_number is not None and manifest.sequence_number <= start_seq:
-                continue  # every entry of it is at most as new as the manifest
-            for e in await self.reader.entries(manifest, specs, live_only=True):
-                seq = e.sequence_number
-                if seq is not None and seq > start_seq:
-                    index.add(e.data_file, seq)
+        manifests = [
+            m
+            for m in await self.reader.manifests(parent)
+            if m.content == ManifestContent.DELETES
+            # every entry of a manifest is at most as new as the manifest
+            and not (m.sequence_number is not None and m.sequence_number <= start_seq)
+        ]
+        newer = EntryQuery(newer_than=start_seq)
+        for _, newer_deletes in await self.reader.select(manifests, specs, base.schema(), newer):
+            for e in newer_deletes:
+                assert e.sequence_number is not None
+                index.add(e.data_file, e.sequence_number)
         if not len(index):
             return
         for entry in replaced:
@@ -468,6 +477,7 @@ class SnapshotProducer:
         (those stay: they may delete rows of other files; readers ignore them for a file
         with a DV). One Puffin file per attempt holds the merged vectors.
         """
+        self._doomed_manifests = set()
         if not self._dv_positions and not self._added_dvs:
             return [], set()
         if base.format_version < 3:
@@ -490,19 +500,36 @@ class SnapshotProducer:
         }
         replaced: dict[str, list[DataFile]] = defaultdict(list)
         partition_scoped: list[DataFile] = []
-        for manifest in parent_manifests:
-            if not _has_live(manifest):
+        schema = base.schema()
+        data = [m for m in parent_manifests if _has_live(m) and m.content == ManifestContent.DATA]
+        # The targets' live entries: first in the manifests whose partition summaries admit
+        # the partitions the caller gave, then (a caller's partition may be wrong) in the rest.
+        near, far = self._by_partition(base, data, self._target_partitions())
+        for manifests in (near, far):
+            wanted = frozenset(targets - set(live).intersection(targets))
+            if not wanted or not manifests:
                 continue
-            for e in await self.reader.entries(manifest, specs, live_only=True):
+            query = EntryQuery(paths=wanted)
+            for _, hits in await self.reader.select(manifests, specs, schema, query):
+                for e in hits:
+                    if e.data_file.content == DataFileContent.DATA:
+                        live[e.data_file.file_path] = e.data_file
+        # Their deletes: a delete applies only in its data file's partition (spec: "Scan
+        # Planning"), so only delete manifests admitting the targets' partitions hold them.
+        in_table = {(live[p].spec_id, live[p].partition) for p in targets if p in live}
+        deletes = [
+            m for m in parent_manifests if _has_live(m) and m.content == ManifestContent.DELETES
+        ]
+        near, _ = self._by_partition(base, deletes, in_table)
+        query = EntryQuery(referenced=frozenset(targets), unscoped_position_deletes=True)
+        for manifest, hits in await self.reader.select(near, specs, schema, query):
+            for e in hits:
                 f = e.data_file
-                if f.content == DataFileContent.DATA:
-                    if f.file_path in targets:
-                        live[f.file_path] = f
-                elif f.content == DataFileContent.POSITION_DELETES:
-                    if f.referenced_data_file in targets:
-                        replaced[f.referenced_data_file].append(f)
-                    elif f.referenced_data_file is None and not is_deletion_vector(f):
-                        partition_scoped.append(f)
+                if f.referenced_data_file is not None:
+                    replaced[f.referenced_data_file].append(f)
+                    self._doomed_manifests.add(manifest.manifest_path)
+                else:
+                    partition_scoped.append(f)
         self._check_live(targets, live)
         vectors: list[tuple[DataFile, DeletionVector]] = []
         entries: list[DataFile] = []  # caller-written DVs that need no merging, as they are
@@ -614,6 +641,60 @@ class SnapshotProducer:
                 cached = positions_in_delete_file(raw, delete_file.file_path, data_path)
             self._old_deletes[key] = cached
         return cached
+
+    def _target_partitions(self) -> set[tuple[int, tuple[Any, ...]]]:
+        """(spec id, partition) of the data files rows are deleted from, as given."""
+        out = {(f.spec_id, f.partition) for f, _ in self._dv_positions.values()}
+        out |= {(f.spec_id, f.partition) for f in self._added_dvs}
+        return out
+
+    def _by_partition(
+        self,
+        base: TableMetadata,
+        manifests: list[ManifestFile],
+        partitions: set[tuple[int, tuple[Any, ...]]],
+    ) -> tuple[list[ManifestFile], list[ManifestFile]]:
+        """``manifests`` split into those whose partition summaries admit one of
+        ``partitions`` and the rest. A reader answering entry by entry (the reference) is
+        given every manifest, as before pruning."""
+        if not self.reader.columnar:
+            return manifests, []
+        by_spec: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
+        for spec_id, partition in partitions:
+            by_spec[spec_id].append(partition)
+        schema = base.schema()
+        near: list[ManifestFile] = []
+        far: list[ManifestFile] = []
+        for m in manifests:
+            spec = base.spec_by_id(m.partition_spec_id)
+            wanted = by_spec.get(m.partition_spec_id)
+            admits = (
+                spec is None  # reading it names the problem
+                or (
+                    wanted is not None
+                    and summaries_may_contain(m, spec.partition_type(schema), wanted)
+                )
+            )
+            (near if admits else far).append(m)
+        return near, far
+
+    async def _may_remove_from(
+        self, base: TableMetadata, manifests: list[ManifestFile]
+    ) -> set[str]:
+        """Paths of the manifests that may hold an entry this attempt removes: those holding
+        the deletes the new DVs replace, those where a removed path is live (or a delete
+        naming it, which goes with it), and, under a row filter, every live manifest (the
+        filter needs each file)."""
+        live = [m for m in manifests if _has_live(m)]
+        if self._delete_filter is not None:
+            return {m.manifest_path for m in live}
+        out = set(self._doomed_manifests)
+        if self._deleted_paths:
+            paths = frozenset(self._deleted_paths)
+            query = EntryQuery(paths=paths, referenced=paths)
+            found = await self.reader.select(live, base.specs(), base.schema(), query)
+            out.update(m.manifest_path for m, _ in found)
+        return out
 
     def _removes(self, data_file: DataFile, base: TableMetadata) -> bool:
         if _key(data_file) in self._doomed_keys:

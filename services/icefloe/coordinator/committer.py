@@ -700,9 +700,14 @@ class TableCommitter:
                             elif entry.status == ManifestEntryStatus.DELETED:
                                 remove(entry.data_file.file_path)
             else:
-                for manifest in await self.reader.manifests(head):
-                    for entry in await self.reader.entries(manifest, specs, live_only=True):
-                        add(entry.data_file)
+                manifests = await self.reader.manifests(head)
+                if data is None:
+                    # Paths only: the Arrow path, no object per entry.
+                    paths = await self.reader.file_paths(manifests, specs, metadata.schema())
+                else:
+                    for manifest in manifests:
+                        for entry in await self.reader.entries(manifest, specs, live_only=True):
+                            add(entry.data_file)
         live = _LiveFiles(head_id, paths, data)
         self._live[branch] = live
         return live

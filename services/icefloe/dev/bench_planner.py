@@ -62,11 +62,11 @@ from icefloe.expressions import BooleanExpression
 from icefloe.fileio import LocalFileIO
 from icefloe.manifest import ManifestWriter, read_manifest
 from icefloe.manifest_cache import CachedManifest, ManifestCache
-from icefloe.manifest_list import ManifestListWriter
+from icefloe.manifest_list import ManifestFile, ManifestListWriter
 from icefloe.manifest_store import ManifestStore
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
-from icefloe.partition import PartitionSpecBuilder
+from icefloe.partition import PartitionSpec, PartitionSpecBuilder
 from icefloe.planner.config import PlannerConfig
 from icefloe.scan import plan_scan
 from icefloe.scan_json import scan_tasks_bytes
@@ -154,35 +154,47 @@ class Generated:
     directory: Path
 
 
-def generate(directory: Path, files: int, per_manifest: int, name: str = "table") -> Generated:
-    """Write ``files`` entries into manifests, a manifest list and a metadata file, for a
-    table at ``directory/name``."""
-    location = str(directory / name)
-    base = new_table_metadata(
-        SCHEMA,
-        PartitionSpecBuilder(SCHEMA)
-        .add_field("ts", "day")
-        .add_field("user_id", "bucket[16]")
-        .build(),
-        SortOrder.unsorted(),
-        location,
-        {},
-        format_version=2,
+def events_table(location: str, version: int) -> TableMetadata:
+    """The empty table the generated files belong to, partitioned by day and user bucket."""
+    spec = PartitionSpecBuilder(SCHEMA).add_field("ts", "day").add_field("user_id", "bucket[16]")
+    return new_table_metadata(
+        SCHEMA, spec.build(), SortOrder.unsorted(), location, {}, format_version=version
     )
-    schema, spec = base.schema(), base.spec()
-    metadata_dir = directory / name / "metadata"
-    metadata_dir.mkdir(parents=True)
+
+
+def write_data_manifests(
+    metadata_dir: Path,
+    spec: PartitionSpec,
+    schema: Schema,
+    files: int,
+    per_manifest: int,
+    version: int,
+    snapshot_id: int,
+) -> list[ManifestFile]:
+    """Files ``0 .. files - 1`` (:func:`data_file`) added in manifests of ``per_manifest``."""
     rows = []
     for m, start in enumerate(range(0, files, per_manifest)):
         buffer = io.BytesIO()
         with ManifestWriter(
-            buffer, spec=spec, schema=schema, format_version=2, snapshot_id=SNAPSHOT_ID
+            buffer, spec=spec, schema=schema, format_version=version, snapshot_id=snapshot_id
         ) as writer:
             for i in range(start, min(files, start + per_manifest)):
                 writer.add(data_file(i, spec.spec_id))
         path = metadata_dir / f"m{m:05d}.avro"
         path.write_bytes(buffer.getvalue())
         rows.append(writer.to_manifest_file(str(path), buffer.tell()))
+    return rows
+
+
+def generate(directory: Path, files: int, per_manifest: int, name: str = "table") -> Generated:
+    """Write ``files`` entries into manifests, a manifest list and a metadata file, for a
+    table at ``directory/name``."""
+    location = str(directory / name)
+    base = events_table(location, 2)
+    schema, spec = base.schema(), base.spec()
+    metadata_dir = directory / name / "metadata"
+    metadata_dir.mkdir(parents=True)
+    rows = write_data_manifests(metadata_dir, spec, schema, files, per_manifest, 2, SNAPSHOT_ID)
     list_path = metadata_dir / "snap-1.avro"
     buffer = io.BytesIO()
     with ManifestListWriter(
