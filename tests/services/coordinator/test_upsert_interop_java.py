@@ -3,7 +3,8 @@ Java's own ``MERGE INTO`` and ``DELETE FROM`` interleave with them on the same k
 
 icefloe's side is the committer (:class:`~icefloe.coordinator.committer.TableCommitter`)
 committing upsert units directly, without Kafka; Java's side is the ``java_iceberg`` session
-fixture (Spark 3.5, merge-on-read), over the same HadoopCatalog warehouse. The oracle is the
+fixture (Spark 3.5; merge-on-read on v2 and v3, copy-on-write on v3), over the same
+HadoopCatalog warehouse. The oracle is the
 sequential application of every change, icefloe's and Java's, in the order they committed.
 After every step both engines must read exactly the oracle's rows, ``main`` must reference
 no equality-delete file, and on v3 every data file has at most one deletion vector. After
@@ -106,7 +107,20 @@ class Interleaved:
         apply_fold(self.expected, folded)
         await self.check_index()
 
-    def java_merge(self, rng: random.Random) -> None:
+    async def live_data(self) -> frozenset[str]:
+        table = await self.env.reload()
+        return frozenset(await self.committer.live_data_files(table.metadata, "main"))
+
+    async def java_changes(self, statement: str) -> None:
+        """Run Java's statement; merge-on-read keeps every data file (it adds deletes),
+        copy-on-write replaces the files holding changed rows."""
+        before = await self.live_data()
+        self.sql(statement)
+        removed = before - await self.live_data()
+        copy_on_write = self.env.table.metadata.properties["write.merge.mode"] == "copy-on-write"
+        assert bool(removed) == copy_on_write, statement
+
+    async def java_merge(self, rng: random.Random) -> None:
         """Java's MERGE INTO: updates matched keys, deletes some, inserts the unmatched."""
         rows = []
         for key in rng.sample(range(KEYS), k=12):
@@ -114,7 +128,7 @@ class Interleaved:
             drop = key in self.expected and rng.random() < 0.3
             rows.append((key, None if drop else f"java{self.ord}", self.ord))
         values = ", ".join(f"({k}, {'NULL' if v is None else repr(v)}, {o})" for k, v, o in rows)
-        self.sql(
+        await self.java_changes(
             f"MERGE INTO {TABLE} t USING (SELECT * FROM VALUES {values} AS s(id, value, ord)) s "
             "ON t.id = s.id "
             "WHEN MATCHED AND s.value IS NULL THEN DELETE "
@@ -127,8 +141,8 @@ class Interleaved:
             else:
                 self.expected[k] = (v, o)
 
-    def java_delete(self, modulus: int, remainder: int) -> None:
-        self.sql(f"DELETE FROM {TABLE} WHERE id % {modulus} = {remainder}")
+    async def java_delete(self, modulus: int, remainder: int) -> None:
+        await self.java_changes(f"DELETE FROM {TABLE} WHERE id % {modulus} = {remainder}")
         for k in [k for k in self.expected if k % modulus == remainder]:
             del self.expected[k]
 
@@ -166,14 +180,23 @@ class Interleaved:
             assert row["_pos"] in set(found[row["_file"]].tolist()), f"key {row['id']}"
 
 
-@pytest.fixture(params=[2, 3], ids=["v2", "v3"])
+COW = {k: "copy-on-write" for k in MOR}
+
+
+@pytest.fixture(
+    params=[(2, MOR), (3, MOR), (3, COW)],
+    ids=["v2-merge-on-read", "v3-merge-on-read", "v3-copy-on-write"],
+)
 async def interleaved(
     request: pytest.FixtureRequest, java_iceberg: JavaIceberg, tmp_path: Path
 ) -> Any:
+    """Java's merge-on-read writes DVs / position deletes beside icefloe's; copy-on-write
+    rewrites whole files, dropping the ones holding icefloe's rows and their DVs."""
+    version, modes = request.param
     catalog = FileSystemCatalog("ice", str(tmp_path), LocalFileIO())
     await catalog.create_namespace("db")
     table = await catalog.create_table(
-        "db.keyed", KEYED_SCHEMA, properties=MOR, format_version=request.param
+        "db.keyed", KEYED_SCHEMA, properties=modes, format_version=version
     )
     yield Interleaved(java_iceberg, tmp_path, Env(catalog, table))
     await catalog.close()
@@ -214,17 +237,17 @@ async def test_java_merge_and_delete_interleave_with_icefloe_upserts(
     rng = random.Random(5)
     await interleaved.icefloe_upsert(rng, 40)
     await interleaved.check()
-    interleaved.java_merge(rng)
+    await interleaved.java_merge(rng)
     await interleaved.check()
     await interleaved.icefloe_upsert(rng, 20)
     await interleaved.check()
-    interleaved.java_delete(7, 3)
+    await interleaved.java_delete(7, 3)
     await interleaved.check()
     await interleaved.icefloe_upsert(rng, 20)
     await interleaved.check()
     # and once more around, so icefloe's DVs and Java's land on the same files again
-    interleaved.java_merge(rng)
-    interleaved.java_delete(5, 1)
+    await interleaved.java_merge(rng)
+    await interleaved.java_delete(5, 1)
     await interleaved.icefloe_upsert(rng, 25)
     await interleaved.check()
     assert interleaved.expected, "the sequence left rows to compare"
