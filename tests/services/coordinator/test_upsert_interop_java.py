@@ -206,9 +206,18 @@ async def test_java_reads_exactly_the_rows_icefloe_upserts_leave(
     interleaved: Interleaved,
 ) -> None:
     rng = random.Random(19)
+    at: dict[int, list[dict[str, Any]]] = {}
     for size in (30, 15, 15, 20):
         await interleaved.icefloe_upsert(rng, size)
         await interleaved.check()
+        head = (await interleaved.env.reload()).metadata.current_snapshot_id
+        assert head is not None
+        at[head] = [
+            {"id": k, "value": v, "ord": o} for k, (v, o) in sorted(interleaved.expected.items())
+        ]
+    for snapshot_id, rows in at.items():  # and at every earlier snapshot (time travel)
+        query = f"SELECT id, value, ord FROM {TABLE} VERSION AS OF {snapshot_id} ORDER BY id"
+        assert interleaved.sql(query) == rows, snapshot_id
     table = await interleaved.env.reload()
     java_snapshots = interleaved.sql(f"SELECT snapshot_id, operation FROM {TABLE}.snapshots")
     assert [s["snapshot_id"] for s in java_snapshots] == [
