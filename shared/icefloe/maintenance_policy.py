@@ -23,7 +23,23 @@ property                                               default      meaning
 ``icefloe.maintenance.compaction.min-candidates``      1            announce a compaction when
                                                                     it would rewrite this many
                                                                     groups of files or more
+``icefloe.maintenance.compaction.deleted-row-ratio``   0.3          ... counting groups rewritten
+                                                                    only to apply deletes once
+                                                                    this share of stored rows
+                                                                    is deleted (0..1)
 =====================================================  ===========  ==============================
+
+Deletes pile up on upsert tables: every upsert deletes the old row of each key it replaces
+(a deletion vector on v3, a position delete on v2), and every reader reads those rows and
+drops them. A compaction applies them. But compaction's own file policy
+(:mod:`icefloe.compaction`) takes any file with a delete, so on an upsert table it would have
+something to do after every commit; rewriting well-sized files to drop a few rows costs more
+than it saves. So a group of files that the plan rewrites *only* to apply deletes (every file
+in it is within the size bounds) counts toward ``min-candidates`` once the table's
+``deleted_row_ratio`` (:class:`~icefloe.table_health.TableHealth`: rows deleted by position
+per row stored) reaches ``deleted-row-ratio``; groups with small or oversized files always
+count. The default, 0.3, is Java's ``RewriteDataFiles`` ``delete-ratio-threshold``; 0 announces
+a compaction for any delete, 1 only when size asks for one.
 
 Expiry never goes inside the *retention window*: ``min_retain_ms``, given by the caller
 (the coordinator passes its exactly-once deduplication window, inside which it looks up
@@ -45,7 +61,13 @@ from typing import Any
 
 from icefloe.catalog import Table
 from icefloe.commit_index import dedup_window_ms, snapshots_in_window
-from icefloe.compaction import CompactionPlan, CompactionUnsupportedError, plan_compaction
+from icefloe.compaction import (
+    CompactionPlan,
+    CompactionPolicy,
+    CompactionUnsupportedError,
+    FileGroup,
+    plan_compaction,
+)
 from icefloe.errors import ValidationError
 from icefloe.maintenance import (
     MAX_SNAPSHOT_AGE_MS,
@@ -71,6 +93,7 @@ MANIFESTS_MAX_COUNT = PREFIX + "rewrite-manifests.max-count"
 MANIFESTS_SMALL_RATIO = PREFIX + "rewrite-manifests.small-ratio"
 MANIFESTS_MIN_COUNT = PREFIX + "rewrite-manifests.min-count"
 COMPACTION_MIN_CANDIDATES = PREFIX + "compaction.min-candidates"
+COMPACTION_DELETED_ROW_RATIO = PREFIX + "compaction.deleted-row-ratio"
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -97,6 +120,7 @@ class MaintenancePolicy:
     manifests_small_ratio: float = 0.5
     manifests_min_count: int = 50
     compaction_min_candidates: int = 1
+    compaction_deleted_row_ratio: float = 0.3
 
     @classmethod
     def for_table(cls, metadata: TableMetadata) -> MaintenancePolicy:
@@ -145,6 +169,9 @@ class MaintenancePolicy:
             manifests_min_count=positive(MANIFESTS_MIN_COUNT, d.manifests_min_count),
             compaction_min_candidates=positive(
                 COMPACTION_MIN_CANDIDATES, d.compaction_min_candidates
+            ),
+            compaction_deleted_row_ratio=ratio(
+                COMPACTION_DELETED_ROW_RATIO, d.compaction_deleted_row_ratio
             ),
         )
 
@@ -239,16 +266,45 @@ def decide(
                 f"every {policy.orphan_interval_ms} ms)",
             )
         )
-    if compaction is not None and len(compaction.groups) >= policy.compaction_min_candidates:
-        out.append(
-            PlannedAction(
-                Action.COMPACT,
-                f"{compaction.input_files} data file(s), {compaction.input_bytes} byte(s) in "
-                f"{len(compaction.groups)} group(s) would compact into about "
-                f"{compaction.expected_output_files()} file(s); run icefloe.spark.compact",
-            )
-        )
+    if compaction is not None:
+        planned = _compaction_action(compaction, health, policy)
+        if planned is not None:
+            out.append(planned)
     return out
+
+
+def _for_size(group: FileGroup, policy: CompactionPolicy) -> bool:
+    """Whether the plan rewrites ``group`` for its files' sizes, not only for their deletes."""
+    return policy.rewrite_all or any(
+        not policy.min_file_size_bytes
+        <= t.data_file.file_size_in_bytes
+        <= policy.max_file_size_bytes
+        for t in group.tasks
+    )
+
+
+def _compaction_action(
+    compaction: CompactionPlan, health: TableHealth, policy: MaintenancePolicy
+) -> PlannedAction | None:
+    """COMPACT when enough groups count (see the module docs: groups rewritten only to
+    apply deletes count once the deleted-row ratio reaches the policy's)."""
+    deletes_due = health.deleted_row_ratio >= policy.compaction_deleted_row_ratio
+    counted = [g for g in compaction.groups if deletes_due or _for_size(g, compaction.policy)]
+    if not counted or len(counted) < policy.compaction_min_candidates:
+        return None
+    # what running the compaction does: the whole plan, delete-only groups included
+    reason = (
+        f"{compaction.input_files} data file(s), {compaction.input_bytes} byte(s) in "
+        f"{len(compaction.groups)} group(s) would compact into about "
+        f"{compaction.expected_output_files()} file(s)"
+    )
+    if health.deleted_rows:
+        reason += (
+            f"; {health.deleted_rows} of {health.records} stored row(s) are deleted "
+            f"(ratio {health.deleted_row_ratio:.3f}, compacts for deletes from "
+            f"{policy.compaction_deleted_row_ratio})"
+        )
+    return PlannedAction(Action.COMPACT, reason + "; run icefloe.spark.compact")
 
 
 async def compaction_candidates(

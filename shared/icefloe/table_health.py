@@ -11,6 +11,13 @@ A data file counts as *small* below the compaction policy's minimum size (75 % o
 ``write.target-file-size-bytes`` unless ``icefloe.compaction.min-file-size-bytes`` says
 otherwise), so the figure means "files a compaction would pick for their size". A manifest
 counts as small below a quarter of ``commit.manifest.target-size-bytes``.
+
+Upserts leave rows deleted by position behind them (deletion vectors on v3, position delete
+files on v2): ``deleted_rows`` counts them (the record counts of the live DVs and position
+delete files), ``deleted_row_ratio`` is their share of the rows stored in live data files
+(what every reader reads and then drops), and ``deletion_vectors`` / ``deletion_vector_bytes``
+count the DV blobs and their bytes. A v3 DV is exact (one per data file, its cardinality);
+on v2 two position delete files may name the same row, so the figure is an upper bound there.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from typing import Any
 from icefloe.catalog import Table
 from icefloe.compaction import CompactionPolicy
 from icefloe.datafile import DataFileContent
+from icefloe.delete_index import is_deletion_vector
 from icefloe.errors import NotFoundError
 from icefloe.manifest_list import ManifestContent
 from icefloe.manifest_reader import ManifestReader
@@ -50,6 +58,9 @@ class TableHealth:
     position_delete_files: int = 0
     equality_delete_files: int = 0
     delete_records: int = 0
+    deleted_rows: int = 0
+    deletion_vectors: int = 0
+    deletion_vector_bytes: int = 0
     manifests: int = 0
     data_manifests: int = 0
     delete_manifests: int = 0
@@ -69,6 +80,11 @@ class TableHealth:
         return self.small_files / self.data_files if self.data_files else 0.0
 
     @property
+    def deleted_row_ratio(self) -> float:
+        """Rows deleted by position per row stored in live data files (0 to 1 on v3)."""
+        return min(1.0, self.deleted_rows / self.records) if self.records else 0.0
+
+    @property
     def small_manifest_ratio(self) -> float:
         return self.small_manifests / self.manifests if self.manifests else 0.0
 
@@ -77,6 +93,7 @@ class TableHealth:
         out["average_file_size_bytes"] = round(self.average_file_size_bytes, 1)
         out["small_file_ratio"] = round(self.small_file_ratio, 4)
         out["small_manifest_ratio"] = round(self.small_manifest_ratio, 4)
+        out["deleted_row_ratio"] = round(self.deleted_row_ratio, 4)
         return out
 
 
@@ -139,6 +156,10 @@ async def table_health(
                 health.delete_records += f.record_count
                 if f.content == DataFileContent.POSITION_DELETES:
                     health.position_delete_files += 1
+                    health.deleted_rows += f.record_count
+                    if is_deletion_vector(f):
+                        health.deletion_vectors += 1
+                        health.deletion_vector_bytes += f.content_size_in_bytes or 0
                 else:
                     health.equality_delete_files += 1
     return health

@@ -35,6 +35,8 @@ from icefloe.maintenance_policy import (
     expiry_bounds,
     run_maintenance,
 )
+from icefloe.metadata import TableMetadata
+from icefloe.metadata_builder import MetadataBuilder
 from icefloe.partition import PartitionField, PartitionSpec
 from icefloe.schema import Schema
 from icefloe.snapshot_producer import data_file_location, fast_append, rewrite_files, row_delta
@@ -328,3 +330,110 @@ async def test_maintenance_rewrites_manifests_and_removes_only_old_orphans(
     for path in await reachable_files(final):
         if path.endswith((".avro", ".json")):
             assert Path(path.removeprefix("file://")).exists(), path
+
+
+# -- deletes piling up (upsert tables) ----------------------------------------------------
+
+
+async def deleted_by_position(table: Table, deletes: list[tuple[DataFile, list[int]]]) -> Table:
+    """Rows deleted as an upsert deletes them: a merged DV per file (v3), position delete
+    files (v2); both through the snapshot producer's ``deleted_positions``."""
+    return await row_delta(table, [], [], deleted_positions=deletes).commit(QUICK)
+
+
+@pytest.mark.parametrize("version", [2, 3])
+async def test_health_counts_rows_deleted_by_position_and_dv_bytes(
+    catalog: FileSystemCatalog, version: int
+) -> None:
+    table = await new_table(catalog, format_version=version)
+    a, b = df(table, "a", size=7 * MB), df(table, "b", size=7 * MB)
+    table = await fast_append(table, [a, b]).commit(QUICK)
+    table = await deleted_by_position(table, [(a, [0, 1, 2]), (b, [5])])
+    table = await deleted_by_position(table, [(a, [3])])
+
+    health = await table_health(table)
+    assert health.records == 200 and health.data_files == 2
+    if version >= 3:  # the second delete merged into a's vector: exact counts
+        assert health.deletion_vectors == 2 == health.delete_files
+        assert health.deleted_rows == 5
+        assert health.deletion_vector_bytes > 0
+    else:  # one position delete file per commit, none of them a DV
+        assert (health.deletion_vectors, health.deletion_vector_bytes) == (0, 0)
+        assert health.deleted_rows == 5 and health.position_delete_files == 2
+    assert health.deleted_row_ratio == pytest.approx(5 / 200)
+    assert health.to_json()["deleted_row_ratio"] == 0.025
+
+    # compaction applies them: the figures go back to zero
+    plan = await plan_compaction(table)
+    rewritten = {t.data_file.file_path for g in plan.groups for t in g.tasks}
+    assert rewritten == {a.file_path, b.file_path}
+    out = df(table, "compacted", size=7 * MB, records=195)
+    dropped = [d.file_path for d in plan.droppable_deletes(rewritten)]
+    table = await rewrite_files(table, [*rewritten, *dropped], [out]).commit(QUICK)
+    after = await table_health(table)
+    assert (after.deleted_rows, after.deletion_vectors, after.delete_files) == (0, 0, 0)
+    assert after.deleted_row_ratio == 0.0
+
+
+@pytest.mark.parametrize("version", [2, 3])
+async def test_compaction_is_announced_for_deletes_once_they_pile_up(
+    catalog: FileSystemCatalog, version: int
+) -> None:
+    """Well-sized files with a few deleted rows are not worth a rewrite; once the share of
+    deleted rows reaches the table's deleted-row-ratio (0.3 by default, as Java's
+    delete-ratio-threshold), the compaction that applies them is announced."""
+    table = await new_table(catalog, format_version=version)
+    files = [df(table, f"f{i}", size=7 * MB) for i in range(4)]
+    table = await fast_append(table, files).commit(QUICK)
+    now = int(time.time() * 1000)
+
+    async def next_actions(t: Table) -> dict[Action, str]:
+        health = await table_health(t, now_ms=now)
+        plan = await plan_compaction(t)
+        policy = MaintenancePolicy.for_table(t.metadata)
+        planned = decide(t.metadata, health, plan, policy, now_ms=now, min_retain_ms=0)
+        return {p.action: p.reason for p in planned}
+
+    assert Action.COMPACT not in await next_actions(table)
+    # an upsert replaced 40 of 400 rows: the files have deletes, the plan would rewrite them
+    table = await deleted_by_position(table, [(f, list(range(10))) for f in files])
+    assert (await plan_compaction(table)).groups
+    assert Action.COMPACT not in await next_actions(table)
+    # 120 of 400 (0.3): due
+    table = await deleted_by_position(table, [(f, list(range(10, 30))) for f in files])
+    reason = (await next_actions(table))[Action.COMPACT]
+    assert "120 of 400 stored row(s) are deleted (ratio 0.300" in reason
+
+    # the ratio is a table property
+    key = "icefloe.maintenance.compaction.deleted-row-ratio"
+    lower = MaintenancePolicy.for_table(with_property(table, key, "0.05"))
+    assert lower.compaction_deleted_row_ratio == 0.05
+    for bad in ("1.5", "-0.1", "lots"):
+        with pytest.raises(ValidationError, match="deleted-row-ratio"):
+            MaintenancePolicy.for_table(with_property(table, key, bad))
+
+
+async def test_small_files_are_announced_whatever_the_deleted_ratio(
+    catalog: FileSystemCatalog,
+) -> None:
+    table = await new_table(catalog, format_version=3)
+    small = [df(table, f"s{i}", size=MB) for i in range(6)]
+    table = await fast_append(table, small).commit(QUICK)
+    table = await deleted_by_position(table, [(small[0], [0])])
+    health = await table_health(table)
+    assert 0 < health.deleted_row_ratio < 0.3
+    plan = await plan_compaction(table)
+    planned = decide(
+        table.metadata,
+        health,
+        plan,
+        MaintenancePolicy(),
+        now_ms=int(time.time() * 1000),
+        min_retain_ms=0,
+    )
+    assert Action.COMPACT in {p.action for p in planned}
+
+
+def with_property(table: Table, key: str, value: str) -> TableMetadata:
+    """``table``'s metadata with one property set (the policy reads nothing else)."""
+    return MetadataBuilder(table.metadata).set_properties({key: value}).build()

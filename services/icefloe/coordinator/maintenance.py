@@ -107,6 +107,18 @@ class TableMetrics:
                 gauge("delete_files", "Live position and equality delete files"),
                 lambda h: h.delete_files,
             ),
+            "deleted_rows": (
+                gauge("deleted_rows", "Rows deleted by position in live data files"),
+                lambda h: h.deleted_rows,
+            ),
+            "deleted_row_ratio": (
+                gauge("deleted_row_ratio", "Deleted rows per row stored in live data files"),
+                lambda h: h.deleted_row_ratio,
+            ),
+            "deletion_vector_bytes": (
+                gauge("deletion_vector_bytes", "Bytes of live deletion vectors"),
+                lambda h: h.deletion_vector_bytes,
+            ),
             "manifests": (gauge("manifests", "Manifests of the head"), lambda h: h.manifests),
             "small_manifest_ratio": (
                 gauge("small_manifest_ratio", "Share of manifests that are small"),

@@ -205,6 +205,9 @@ async def _stream_and_check(
             'icefloe_table_snapshots{table="db.t"}',
             'icefloe_table_small_file_ratio{table="db.t"} 1.0',
             'icefloe_table_metadata_file_bytes{table="db.t"}',
+            'icefloe_table_deleted_rows{table="db.t"} 0.0',  # appends only: nothing deleted
+            'icefloe_table_deleted_row_ratio{table="db.t"} 0.0',
+            'icefloe_table_deletion_vector_bytes{table="db.t"} 0.0',
             'icefloe_table_compaction_candidate_files{table="db.t"}',
             'icefloe_maintenance_actions_total{action="expire-snapshots"}',
             "icefloe_maintenance_removed_orphans_total 1.0",

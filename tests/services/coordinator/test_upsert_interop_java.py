@@ -1,0 +1,263 @@
+"""Upserts next to Apache Iceberg Java 1.10.2: Java reads what icefloe's upserts commit, and
+Java's own ``MERGE INTO`` and ``DELETE FROM`` interleave with them on the same keyed table.
+
+icefloe's side is the committer (:class:`~icefloe.coordinator.committer.TableCommitter`)
+committing upsert units directly, without Kafka; Java's side is the ``java_iceberg`` session
+fixture (Spark 3.5; merge-on-read on v2 and v3, copy-on-write on v3), over the same
+HadoopCatalog warehouse. The oracle is the
+sequential application of every change, icefloe's and Java's, in the order they committed.
+After every step both engines must read exactly the oracle's rows, ``main`` must reference
+no equality-delete file, and on v3 every data file has at most one deletion vector. After
+every icefloe commit the key index covers exactly the live data files, and every live row
+Java sees (``_file``, ``_pos``) is among the positions the index gives for its key, so rows
+Java's MERGE added (in files icefloe never wrote) are found and replaced by the next upsert.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from test_table_committer import SOURCE, Env
+from upsert_fixtures import (
+    KEYED_SCHEMA,
+    Change,
+    apply_fold,
+    data_files_for,
+    fold_batch,
+    key_file_for,
+    live_delete_files,
+    table_rows,
+)
+
+from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.cli.scan import task_rows
+from icefloe.coordinator.committer import TableCommitter
+from icefloe.datafile import DataFileContent
+from icefloe.delete_index import is_deletion_vector
+from icefloe.events import CommitOperation
+from icefloe.fileio import FileIO, LocalFileIO
+from icefloe.key_index import KeyIndex
+from icefloe.manifest_cache import ManifestCache
+from icefloe.scan import plan_scan
+from icefloe.schema import Schema
+from java_iceberg import JavaIceberg
+
+pytestmark = [pytest.mark.interop, pytest.mark.integration]
+
+MOR = {
+    "write.delete.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.merge.mode": "merge-on-read",
+}
+KEYS = 40
+TABLE = "{cat}.db.keyed"
+
+State = dict[int, tuple[str, int]]
+
+
+class Interleaved:
+    """One keyed table written by icefloe's committer and by Java, with the oracle's rows."""
+
+    def __init__(self, java: JavaIceberg, warehouse: Path, env: Env) -> None:
+        self.java = java
+        self.warehouse = warehouse
+        self.env = env
+        self.expected: State = {}
+        self.ord = 0
+        self.indexes: list[KeyIndex] = []
+        self.committer = TableCommitter(env.catalog, env.name, SOURCE, open_key_index=self.open)
+        self.commits = 0
+
+    async def open(
+        self, io: FileIO, location: str, schema: Schema, key_ids: Sequence[int]
+    ) -> KeyIndex:
+        index = await KeyIndex.open(io, location, schema, key_ids)
+        self.indexes.append(index)
+        return index
+
+    def sql(self, statement: str) -> list[dict[str, Any]]:
+        return self.java.sql(self.warehouse, statement)
+
+    async def icefloe_upsert(self, rng: random.Random, size: int) -> None:
+        """One CDC batch: inserts, updates, deletes and re-inserts, duplicated and shuffled."""
+        changes: list[Change] = []
+        for _ in range(size):
+            self.ord += 1
+            key = rng.randrange(KEYS)
+            op = rng.choice("cudr" if self.expected else "c")
+            changes.append((key, op, self.ord, f"ice{self.ord}"))
+        changes += rng.sample(changes, k=min(3, len(changes)))
+        rng.shuffle(changes)
+        folded = fold_batch(changes)
+        self.commits += 1
+        commit_id = f"ice-{self.commits}"
+        data = data_files_for(self.env.table, folded, pieces=2)
+        unit = self.env.unit(
+            commit_id, data, CommitOperation.UPSERT, [key_file_for(self.env.table, sorted(folded))]
+        )
+        outcome = await self.committer.commit([unit], resume_offset=0, position=self.env.offset)
+        assert not outcome.rejected, outcome.rejected
+        assert [u.commit_id for u in outcome.committed_units] == [commit_id]
+        apply_fold(self.expected, folded)
+        await self.check_index()
+
+    async def live_data(self) -> frozenset[str]:
+        table = await self.env.reload()
+        return frozenset(await self.committer.live_data_files(table.metadata, "main"))
+
+    async def java_changes(self, statement: str) -> None:
+        """Run Java's statement; merge-on-read keeps every data file (it adds deletes),
+        copy-on-write replaces the files holding changed rows."""
+        before = await self.live_data()
+        self.sql(statement)
+        removed = before - await self.live_data()
+        copy_on_write = self.env.table.metadata.properties["write.merge.mode"] == "copy-on-write"
+        assert bool(removed) == copy_on_write, statement
+
+    async def java_merge(self, rng: random.Random) -> None:
+        """Java's MERGE INTO: updates matched keys, deletes some, inserts the unmatched."""
+        rows = []
+        for key in rng.sample(range(KEYS), k=12):
+            self.ord += 1
+            drop = key in self.expected and rng.random() < 0.3
+            rows.append((key, None if drop else f"java{self.ord}", self.ord))
+        values = ", ".join(f"({k}, {'NULL' if v is None else repr(v)}, {o})" for k, v, o in rows)
+        await self.java_changes(
+            f"MERGE INTO {TABLE} t USING (SELECT * FROM VALUES {values} AS s(id, value, ord)) s "
+            "ON t.id = s.id "
+            "WHEN MATCHED AND s.value IS NULL THEN DELETE "
+            "WHEN MATCHED THEN UPDATE SET * "
+            "WHEN NOT MATCHED AND s.value IS NOT NULL THEN INSERT *"
+        )
+        for k, v, o in rows:
+            if v is None:
+                self.expected.pop(k, None)
+            else:
+                self.expected[k] = (v, o)
+
+    async def java_delete(self, modulus: int, remainder: int) -> None:
+        await self.java_changes(f"DELETE FROM {TABLE} WHERE id % {modulus} = {remainder}")
+        for k in [k for k in self.expected if k % modulus == remainder]:
+            del self.expected[k]
+
+    def java_rows(self, extra: str = "") -> list[dict[str, Any]]:
+        return self.sql(f"SELECT id, value, ord{extra} FROM {TABLE} ORDER BY id")
+
+    async def check(self) -> None:
+        """Both engines read the oracle's rows; no equality delete; one DV per file on v3."""
+        table = await self.env.reload()
+        want = [{"id": k, "value": v, "ord": o} for k, (v, o) in sorted(self.expected.items())]
+        assert self.java_rows() == want
+        assert await table_rows(table) == self.expected
+        deletes = await live_delete_files(table)
+        assert not [d for d in deletes if d.content == DataFileContent.EQUALITY_DELETES]
+        if table.metadata.format_version >= 3:
+            assert all(is_deletion_vector(d) for d in deletes)
+            targets = Counter(d.referenced_data_file for d in deletes)
+            assert not [t for t, n in targets.items() if n > 1], "two DVs for one data file"
+        else:
+            assert not [d for d in deletes if is_deletion_vector(d)]
+
+    async def check_index(self) -> None:
+        """The key index covers the live data files and finds every live row where Java
+        sees it: the files Java's MERGE added, the positions in them."""
+        (index,) = self.indexes
+        table = await self.env.reload()
+        live = await self.committer.live_data_files(table.metadata, "main")
+        assert index.covered == frozenset(live)
+        located = self.sql(f"SELECT id, _file, _pos FROM {TABLE} ORDER BY id")
+        found = await index.lookup(
+            pa.table({"id": pa.array([r["id"] for r in located], pa.int64())})
+        )
+        for row in located:
+            assert row["_file"] in found, f"key {row['id']}: {row['_file']} not in the index"
+            assert row["_pos"] in set(found[row["_file"]].tolist()), f"key {row['id']}"
+
+
+COW = {k: "copy-on-write" for k in MOR}
+
+
+@pytest.fixture(
+    params=[(2, MOR), (3, MOR), (3, COW)],
+    ids=["v2-merge-on-read", "v3-merge-on-read", "v3-copy-on-write"],
+)
+async def interleaved(
+    request: pytest.FixtureRequest, java_iceberg: JavaIceberg, tmp_path: Path
+) -> Any:
+    """Java's merge-on-read writes DVs / position deletes beside icefloe's; copy-on-write
+    rewrites whole files, dropping the ones holding icefloe's rows and their DVs."""
+    version, modes = request.param
+    catalog = FileSystemCatalog("ice", str(tmp_path), LocalFileIO())
+    await catalog.create_namespace("db")
+    table = await catalog.create_table(
+        "db.keyed", KEYED_SCHEMA, properties=modes, format_version=version
+    )
+    yield Interleaved(java_iceberg, tmp_path, Env(catalog, table))
+    await catalog.close()
+
+
+async def test_java_reads_exactly_the_rows_icefloe_upserts_leave(
+    interleaved: Interleaved,
+) -> None:
+    rng = random.Random(19)
+    at: dict[int, list[dict[str, Any]]] = {}
+    for size in (30, 15, 15, 20):
+        await interleaved.icefloe_upsert(rng, size)
+        await interleaved.check()
+        head = (await interleaved.env.reload()).metadata.current_snapshot_id
+        assert head is not None
+        at[head] = [
+            {"id": k, "value": v, "ord": o} for k, (v, o) in sorted(interleaved.expected.items())
+        ]
+    for snapshot_id, rows in at.items():  # and at every earlier snapshot (time travel)
+        query = f"SELECT id, value, ord FROM {TABLE} VERSION AS OF {snapshot_id} ORDER BY id"
+        assert interleaved.sql(query) == rows, snapshot_id
+    table = await interleaved.env.reload()
+    java_snapshots = interleaved.sql(f"SELECT snapshot_id, operation FROM {TABLE}.snapshots")
+    assert [s["snapshot_id"] for s in java_snapshots] == [
+        s.snapshot_id for s in table.metadata.snapshots
+    ]
+    if table.metadata.format_version >= 3:
+        # row lineage: icefloe's inherited _row_id / _last_updated_sequence_number are Java's
+        plan = await plan_scan(table.metadata, ManifestCache(table.io))
+        ours = sorted(
+            [
+                row
+                for t in plan.tasks()
+                for row in await task_rows(table.io, plan, t, row_lineage=True)
+            ],
+            key=lambda r: r["id"],
+        )
+        keys = ("id", "_row_id", "_last_updated_sequence_number")
+        java = interleaved.java_rows(", _row_id, _last_updated_sequence_number")
+        assert [{k: r[k] for k in keys} for r in ours] == [{k: r[k] for k in keys} for r in java]
+        assert len({r["_row_id"] for r in java}) == len(java)
+
+
+async def test_java_merge_and_delete_interleave_with_icefloe_upserts(
+    interleaved: Interleaved,
+) -> None:
+    rng = random.Random(5)
+    await interleaved.icefloe_upsert(rng, 40)
+    await interleaved.check()
+    await interleaved.java_merge(rng)
+    await interleaved.check()
+    await interleaved.icefloe_upsert(rng, 20)
+    await interleaved.check()
+    await interleaved.java_delete(7, 3)
+    await interleaved.check()
+    await interleaved.icefloe_upsert(rng, 20)
+    await interleaved.check()
+    # and once more around, so icefloe's DVs and Java's land on the same files again
+    await interleaved.java_merge(rng)
+    await interleaved.java_delete(5, 1)
+    await interleaved.icefloe_upsert(rng, 25)
+    await interleaved.check()
+    assert interleaved.expected, "the sequence left rows to compare"
+    assert len(interleaved.indexes) == 1, "one key index, kept up to date across Java's commits"
