@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import functools
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -84,6 +83,8 @@ from icefloe.planner.auth import (
 )
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError, error_response
+from icefloe.planner.idempotency import IDEMPOTENCY_LIFETIME
+from icefloe.planner.load_result import SCAN_PLANNING_MODE, matches, table_config, table_etag
 from icefloe.planner.memory import use_arrow_allocator
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
 from icefloe.planner.pages_ahead import PagesAhead
@@ -122,7 +123,6 @@ INLINE_PAGE_TASKS = 16
 PAGES_AHEAD_MAX_BYTES = 32 << 20
 
 NAMESPACE_SEPARATOR = "\x1f"
-SCAN_PLANNING_MODE = "scan-planning-mode"
 OPENAPI_FILE = Path(__file__).with_name("openapi.json")
 
 
@@ -601,17 +601,19 @@ class PlannerService:
             overrides["prefix"] = self.config.prefix
         if self.config.warehouse:
             defaults["warehouse"] = self.config.warehouse
-        return web.json_response(
-            {
-                "defaults": defaults,
-                "overrides": overrides,
-                "endpoints": advertised_endpoints(
-                    request.app.router,
-                    self.config.prefix,
-                    {f"{m} {p}" for m, p in (*ENDPOINTS, *self.write_endpoints)},
-                ),
-            }
-        )
+        body: dict[str, Any] = {
+            "defaults": defaults,
+            "overrides": overrides,
+            "endpoints": advertised_endpoints(
+                request.app.router,
+                self.config.prefix,
+                {f"{m} {p}" for m, p in (*ENDPOINTS, *self.write_endpoints)},
+            ),
+        }
+        lifetime = request.app.get(IDEMPOTENCY_LIFETIME)
+        if lifetime is not None:  # its presence tells clients keys are honoured
+            body["idempotency-key-lifetime"] = lifetime
+        return web.json_response(body)
 
     async def _openapi_document(self, request: web.Request) -> web.Response:
         if self._openapi is None:
@@ -683,12 +685,8 @@ class PlannerService:
         if snapshots not in ("all", "refs"):
             raise _bad_request(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
         state = await self._table(ident, tell_namespace=False)
-        etag = (
-            '"'
-            + hashlib.sha256(f"{state.metadata_location}|{snapshots}".encode()).hexdigest()[:32]
-            + '"'
-        )
-        if request.headers.get("If-None-Match") == etag:
+        etag = table_etag(state.metadata_location, snapshots)
+        if matches(request.headers.get("If-None-Match"), etag):
             return web.Response(status=304, headers={"ETag": etag})
         body = {
             "metadata-location": state.metadata_location,
@@ -699,10 +697,7 @@ class PlannerService:
 
     def _table_config(self, metadata: TableMetadata) -> dict[str, str]:
         """The planner's scan-planning-mode unless the table's property sets its own."""
-        mode = metadata.properties.get(SCAN_PLANNING_MODE)
-        if mode in ("server", "client"):
-            return {SCAN_PLANNING_MODE: mode}
-        return self._planning_mode_config()
+        return table_config(metadata.properties, self.config.scan_planning_mode)
 
     async def _table_exists(self, request: web.Request) -> web.Response:
         await self._table(_table_identifier(request), tell_namespace=False)

@@ -53,6 +53,7 @@ from icefloe.catalog import (
     data_dir,
     metadata_dir,
 )
+from icefloe.catalog_records import catalog_records
 from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.errors import (
     AlreadyExistsError,
@@ -82,6 +83,8 @@ from icefloe.planner.auth import (
 )
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.errors import ApiError
+from icefloe.planner.idempotency import IDEMPOTENCY_LIFETIME, IdempotentRequests
+from icefloe.planner.load_result import table_config, table_etag
 from icefloe.planner.location_policy import LocationPolicy
 from icefloe.planner.refresher import TableRefresher
 from icefloe.planner.write_config import RestCatalogSettings
@@ -114,7 +117,6 @@ class PlannerService(Protocol):
 
 
 NAMESPACE_SEPARATOR = "\x1f"
-SCAN_PLANNING_MODE = "scan-planning-mode"
 MAX_NAME_BYTES = 255  # a path component on common file systems and object stores
 # Names become storage paths and Redis/DynamoDB keys: no separators, no control characters.
 _BAD_NAME = re.compile(r"[/\\.\x00-\x1f\x7f]")
@@ -318,6 +320,15 @@ class WriteRoutes:
         self.endpoints: list[tuple[str, str]] = []
         self.stats = CommitStats()
         self._lost_swaps = _lost_swaps_counter(service.registry)
+        self.idempotency = (
+            IdempotentRequests(
+                catalog_records(self.catalog),
+                settings.idempotency_key_lifetime_s,
+                settings.idempotency_lease_s,
+            )
+            if settings.idempotency_key_lifetime_s > 0
+            else None
+        )
 
     # -- registration -----------------------------------------------------------------------
 
@@ -328,8 +339,12 @@ class WriteRoutes:
         app.router.add_post(OAUTH_PATH, self._oauth)
         base = f"/v1/{prefix}/" if prefix else "/v1/"
         advertised = []
+        if self.idempotency is not None:
+            app[IDEMPOTENCY_LIFETIME] = self.idempotency.lifetime
         for method, path, operation, attribute in ROUTES:
             wrapped = self._wrap(getattr(self, attribute), operation)
+            if self.idempotency is not None:
+                wrapped = self.idempotency.wrap(wrapped)
             app.router.add_route(method, base + path, wrapped, name=WRITE_ROUTE_PREFIX + operation)
             if operation != "renameTable" or self.catalog.supports_rename:
                 advertised.append((method, "/v1/{prefix}/" + path))
@@ -456,11 +471,12 @@ class WriteRoutes:
     def _load_result(self, location: str | None, metadata: TableMetadata) -> web.Response:
         body: dict[str, Any] = {
             "metadata": metadata.to_json(),
-            "config": {SCAN_PLANNING_MODE: "server"},
+            "config": table_config(metadata.properties, self.service.config.scan_planning_mode),
         }
-        if location is not None:
-            body["metadata-location"] = location
-        return web.json_response(body)
+        if location is None:
+            return web.json_response(body)
+        body["metadata-location"] = location
+        return web.json_response(body, headers={"ETag": table_etag(location)})
 
     def _seen(self, table: Table) -> None:
         """The planner answers from the committed state at once, not after a refresh."""
@@ -669,7 +685,8 @@ class WriteRoutes:
             {
                 "metadata-location": outcome.table.metadata_location,
                 "metadata": outcome.table.metadata.to_json(),
-            }
+            },
+            headers={"ETag": table_etag(outcome.table.metadata_location)},
         )
 
     async def commit_transaction(self, request: web.Request) -> web.StreamResponse:

@@ -1,0 +1,239 @@
+"""Iceberg 1.11's REST protocol additions: Idempotency-Key, ETag / 304, scan-planning-mode.
+
+Replicas are planner services over one shared catalog: two in this process over separate
+catalog objects of the file system, Redis (real redis-server) and DynamoDB (dynalite), and
+two planner *processes* over one Redis catalog, so that nothing a test sees can come from
+one process's memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from planner_process import planner_process
+
+from icefloe.catalog import Catalog
+from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog_uri import load_catalog
+from icefloe.fileio import LocalFileIO
+from icefloe.planner.app import PlannerService
+from icefloe.planner.config import PlannerConfig
+from icefloe.planner.write_config import RestCatalogSettings
+
+SCHEMA = {
+    "type": "struct",
+    "schema-id": 0,
+    "fields": [{"id": 1, "name": "id", "type": "long", "required": True}],
+}
+Client = TestClient[Any, Any]
+
+
+def open_catalog(kind: str, warehouse: Path, server: str | None, tag: str) -> Catalog:
+    if kind == "fs":
+        return FileSystemCatalog("rest", str(warehouse), LocalFileIO())
+    if kind == "dynamodb":
+        return load_catalog(
+            f"dynamodb://icefloe_{tag}?endpoint={server}&region=us-east-1"
+            f"&warehouse={warehouse}&dynamodb.access-key-id=test&dynamodb.secret-access-key=test"
+        )
+    return load_catalog(f"{server}?warehouse={warehouse}&prefix=t{tag}")
+
+
+@pytest.fixture(
+    params=[
+        "fs",
+        pytest.param("redis", marks=pytest.mark.integration),
+        pytest.param("dynamodb", marks=pytest.mark.integration),
+    ]
+)
+async def replicas(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Callable[[int], Any]]:
+    """``await replicas(n)``: n planner services over one catalog (one catalog object each)."""
+    kind = str(request.param)
+    server = None
+    if kind == "redis":
+        server = str(request.getfixturevalue("redis_server"))
+    elif kind == "dynamodb":
+        server = str(request.getfixturevalue("dynalite"))
+    tag = uuid.uuid4().hex[:10]
+    warehouse = tmp_path / "wh"
+    warehouse.mkdir()
+    opened: list[tuple[Client, Catalog]] = []
+
+    async def make(n: int) -> list[Client]:
+        for _ in range(n):
+            catalog = open_catalog(kind, warehouse, server, tag)
+            config = PlannerConfig(catalog=f"file://{warehouse}", host="127.0.0.1", port=0)
+            service = PlannerService(config, catalog, rest=RestCatalogSettings())
+            client: Client = TestClient(TestServer(service.app()))
+            await client.start_server()
+            opened.append((client, catalog))
+        return [c for c, _ in opened[-n:]]
+
+    yield make
+    for client, catalog in opened:
+        await client.close()
+        await catalog.close()
+
+
+def key() -> dict[str, str]:
+    return {"Idempotency-Key": str(uuid.uuid4())}
+
+
+async def test_config_advertises_the_key_lifetime_at_the_top_level(replicas: Any) -> None:
+    (a,) = await replicas(1)
+    body = await (await a.get("/v1/config")).json()
+    assert body["idempotency-key-lifetime"] == "PT30M"
+    assert "idempotency-key-lifetime" not in body["defaults"]
+
+
+async def test_a_retry_on_another_replica_gets_the_first_answer(replicas: Any) -> None:
+    a, b = await replicas(2)
+    headers = key()
+    first = await a.post("/v1/namespaces", json={"namespace": ["db"]}, headers=headers)
+    assert first.status == 200
+    retry = await b.post("/v1/namespaces", json={"namespace": ["db"]}, headers=headers)
+    assert retry.status == 200 and retry.headers["Idempotent-Replayed"] == "true"
+    assert await retry.json() == await first.json()
+    # Without the key the same request is a second operation, and answers as one.
+    again = await b.post("/v1/namespaces", json={"namespace": ["db"]})
+    assert again.status == 409
+
+    create = {"name": "t", "schema": SCHEMA}
+    headers = key()
+    made = await a.post("/v1/namespaces/db/tables", json=create, headers=headers)
+    assert made.status == 200
+    replay = await b.post("/v1/namespaces/db/tables", json=create, headers=headers)
+    assert replay.status == 200
+    assert (await replay.json()) == (await made.json())
+    assert replay.headers["ETag"] == made.headers["ETag"]
+
+    # A commit retried through the other replica is applied once: one snapshot-less
+    # property change, and the retry answers with the first commit's metadata location.
+    commit = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"k": "1"}}]}
+    headers = key()
+    done = await a.post("/v1/namespaces/db/tables/t", json=commit, headers=headers)
+    assert done.status == 200
+    again_commit = await b.post("/v1/namespaces/db/tables/t", json=commit, headers=headers)
+    first_location = (await done.json())["metadata-location"]
+    assert (await again_commit.json())["metadata-location"] == first_location
+    loaded = await (await b.get("/v1/namespaces/db/tables/t")).json()
+    assert loaded["metadata-location"] == first_location
+    assert len(loaded["metadata"]["metadata-log"]) == 1  # created, then one commit
+
+
+async def test_a_deterministic_4xx_is_replayed_and_a_different_request_is_refused(
+    replicas: Any,
+) -> None:
+    a, b = await replicas(2)
+    create = {"name": "t", "schema": SCHEMA}
+    headers = key()
+    missing = await a.post("/v1/namespaces/nope/tables", json=create, headers=headers)
+    assert missing.status == 404
+    await a.post("/v1/namespaces", json={"namespace": ["nope"]})
+    replay = await b.post("/v1/namespaces/nope/tables", json=create, headers=headers)
+    assert replay.status == 404
+    assert (await replay.json())["error"]["type"] == (await missing.json())["error"]["type"]
+    other = await b.post(
+        "/v1/namespaces/nope/tables", json={**create, "name": "u"}, headers=headers
+    )
+    assert other.status == 422
+    assert (await other.json())["error"]["type"] == "UnprocessableEntityException"
+    bad = await a.post(
+        "/v1/namespaces", json={"namespace": ["x"]}, headers={"Idempotency-Key": "1"}
+    )
+    assert bad.status == 400
+
+
+async def test_concurrent_requests_with_one_key_execute_once(replicas: Any) -> None:
+    a, b = await replicas(2)
+    await a.post("/v1/namespaces", json={"namespace": ["db"]})
+    headers = key()
+    create = {"name": "t", "schema": SCHEMA}
+    responses = await asyncio.gather(
+        *(
+            (a if i % 2 else b).post("/v1/namespaces/db/tables", json=create, headers=headers)
+            for i in range(8)
+        )
+    )
+    # Without the key seven of these would be 409 AlreadyExists.
+    assert [r.status for r in responses] == [200] * 8
+    bodies = [await r.json() for r in responses]
+    assert all(body == bodies[0] for body in bodies)
+    assert sum(r.headers.get("Idempotent-Replayed") != "true" for r in responses) == 1
+
+
+async def test_etag_and_not_modified(replicas: Any) -> None:
+    a, b = await replicas(2)
+    await a.post("/v1/namespaces", json={"namespace": ["db"]})
+    made = await a.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA})
+    tag = made.headers["ETag"]
+    path = "/v1/namespaces/db/tables/t"
+    unchanged = await b.get(path, headers={"If-None-Match": tag})
+    assert unchanged.status == 304 and unchanged.headers["ETag"] == tag
+    assert (await b.get(path, headers={"If-None-Match": f'"x", W/{tag}'})).status == 304
+    refs = await b.get(path, params={"snapshots": "refs"}, headers={"If-None-Match": tag})
+    assert refs.status == 200 and refs.headers["ETag"] != tag
+    commit = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"k": "1"}}]}
+    committed = await a.post(path, json=commit)
+    new_tag = committed.headers["ETag"]
+    assert new_tag != tag
+    # (Replica b sees the commit at its next refresh; the committing replica at once.)
+    changed = await a.get(path, headers={"If-None-Match": tag})
+    assert changed.status == 200 and changed.headers["ETag"] == new_tag
+    assert (await a.get(path, headers={"If-None-Match": new_tag})).status == 304
+
+
+async def test_scan_planning_mode_follows_the_table_property(replicas: Any) -> None:
+    (a,) = await replicas(1)
+    await a.post("/v1/namespaces", json={"namespace": ["db"]})
+    body = {"name": "c", "schema": SCHEMA, "properties": {"scan-planning-mode": "client"}}
+    made = await a.post("/v1/namespaces/db/tables", json=body)
+    assert (await made.json())["config"] == {"scan-planning-mode": "client"}
+    loaded = await (await a.get("/v1/namespaces/db/tables/c")).json()
+    assert loaded["config"] == {"scan-planning-mode": "client"}
+    plain = await a.post("/v1/namespaces/db/tables", json={"name": "s", "schema": SCHEMA})
+    assert (await plain.json())["config"] == {"scan-planning-mode": "server"}
+
+
+@pytest.mark.integration
+async def test_idempotency_holds_across_two_planner_processes(
+    redis_server: str, tmp_path: Path
+) -> None:
+    """Two real planner processes over one Redis catalog: a retry through the other
+    process, and concurrent requests split between them, execute once."""
+    warehouse = tmp_path / "wh"
+    catalog = f"{redis_server}?warehouse={warehouse}&prefix=p{uuid.uuid4().hex[:10]}"
+    async with (
+        aiohttp.ClientSession() as session,
+        planner_process(warehouse, session, catalog=catalog) as (url_a, _),
+        planner_process(warehouse, session, catalog=catalog) as (url_b, _),
+    ):
+        headers = key()
+        first = await session.post(
+            f"{url_a}/v1/namespaces", json={"namespace": ["db"]}, headers=headers
+        )
+        retry = await session.post(
+            f"{url_b}/v1/namespaces", json={"namespace": ["db"]}, headers=headers
+        )
+        assert (first.status, retry.status) == (200, 200)
+        assert retry.headers["Idempotent-Replayed"] == "true"
+        headers = key()
+        create = {"name": "t", "schema": SCHEMA}
+        responses = await asyncio.gather(
+            *(
+                session.post(f"{url}/v1/namespaces/db/tables", json=create, headers=headers)
+                for url in [url_a, url_b] * 4
+            )
+        )
+        assert [r.status for r in responses] == [200] * 8
+        locations = {(await r.json())["metadata-location"] for r in responses}
+        assert len(locations) == 1
