@@ -67,6 +67,7 @@ from icefloe.errors import (
     UnsupportedOperationError,
     ValidationError,
 )
+from icefloe.location_index import TableLocations
 from icefloe.maintenance import purge_table_files
 from icefloe.manifest_cache import ManifestCache
 from icefloe.metadata import TableMetadata
@@ -317,6 +318,7 @@ class WriteRoutes:
             max_wait_ms=DEFAULT_POLICY.max_wait_ms,
             total_timeout_ms=DEFAULT_POLICY.total_timeout_ms,
         )
+        self.tables_by_location = TableLocations(self.catalog)
         self.endpoints: list[tuple[str, str]] = []
         self.stats = CommitStats()
         self._lost_swaps = _lost_swaps_counter(service.registry)
@@ -482,6 +484,34 @@ class WriteRoutes:
         """The planner answers from the committed state at once, not after a refresh."""
         self.service.refresher.committed(table.identifier, table.metadata, table.metadata_location)
 
+    async def _location_checked(self, ident: TableIdentifier, location: str) -> bool:
+        """Whether a table at ``location`` needs the overlap check: always with a stored
+        location index; on a catalog without one (file system) only off the default
+        location, since a table's own folder can hold no other table."""
+        if self.tables_by_location.index.stored:
+            return True
+        return location != await self.catalog.default_table_location(ident)
+
+    async def _refuse_overlap(self, ident: TableIdentifier, location: str) -> None:
+        """403 if another table's location contains ``location`` or lies within it."""
+        if not await self._location_checked(ident, location):
+            return
+        other = await self.tables_by_location.overlapping_table(location, excluding=ident)
+        if other is not None:
+            raise _overlap_error(location, other)
+
+    async def _claim_new(self, table: Table) -> None:
+        """Enter a table just created or registered in the location index; if another
+        table's location overlaps (a concurrent claim), undo the creation and refuse."""
+        if not await self._location_checked(table.identifier, table.location):
+            return
+        other = await self.tables_by_location.claim(table.location, table.identifier)
+        if other is None:
+            return
+        await self.catalog.drop_table(table.identifier)
+        self.service.refresher.dropped(table.identifier)
+        raise _overlap_error(table.location, other)
+
     async def create_table(self, request: web.Request) -> web.StreamResponse:
         namespace = path_namespace(request.match_info["namespace"])
         body = await _body(request, CreateTableRequest)
@@ -503,6 +533,7 @@ class WriteRoutes:
         self.locations.check_table(location, body.properties)
         if location != default:
             await self.locations.check_unused(self.catalog.io, location, "table location")
+        await self._refuse_overlap(ident, location)
         metadata = new_table_metadata(schema, spec, order, location, body.properties)
         principal = principal_of(request)
         if body.stage_create:
@@ -518,6 +549,7 @@ class WriteRoutes:
             table = await self.catalog.create_table_with_metadata(ident, metadata)
         except AlreadyExistsError as e:
             raise ApiError(409, "AlreadyExistsException", str(e)) from None
+        await self._claim_new(table)
         self._seen(table)
         audit(
             principal,
@@ -534,30 +566,46 @@ class WriteRoutes:
         ident = TableIdentifier(namespace, check_name(body.name, "table name"))
         await self._namespace_or_404(namespace)
         self.locations.check(body.metadata_location, "metadata file")
-        if body.overwrite and await self.catalog.table_exists(ident):
-            raise ApiError(
-                406,
-                "UnsupportedOperationException",
-                f"table {ident} exists and registering with overwrite is not supported; "
-                "drop it first",
-            )
         try:
             metadata = await self.catalog.read_metadata(body.metadata_location)
         except (NotFoundError, InvalidFileError, ValidationError) as e:
             raise _bad_request(f"cannot register {ident}: {e}") from None
         self.locations.check_table(metadata.location, metadata.properties)
-        try:
-            table = await self.catalog.register_table(ident, body.metadata_location)
-        except AlreadyExistsError as e:
-            raise ApiError(409, "AlreadyExistsException", str(e)) from None
+        existing: Table | None = None
+        if body.overwrite:
+            try:
+                existing = await self.catalog.load_table(ident)
+            except NotFoundError:
+                existing = None
+        # Refused before anything changes: a registered table whose location overlaps
+        # another table's would share its files, and purging it would delete them.
+        await self._refuse_overlap(ident, metadata.location)
+        if existing is None:
+            try:
+                table = await self.catalog.register_table(ident, body.metadata_location)
+            except AlreadyExistsError as e:
+                raise ApiError(409, "AlreadyExistsException", str(e)) from None
+            await self._claim_new(table)
+        else:
+            try:
+                table = await self.catalog.register_over(existing, body.metadata_location)
+            except CommitFailedError:
+                raise ApiError(
+                    409,
+                    "CommitFailedException",
+                    f"table {ident} changed while it was being overwritten; retry the register",
+                ) from None
+            await self.tables_by_location.moved((existing.location, ident), (table.location, ident))
         self._seen(table)
         audit(
             principal_of(request),
             "registerTable",
             status=200,
             table=str(ident),
+            overwrite=existing is not None or None,
             **{
                 "metadata-location": table.metadata_location,
+                "previous-metadata-location": existing.metadata_location if existing else None,
                 "snapshot-id": _snapshot_id(table.metadata),
             },
         )
@@ -573,10 +621,13 @@ class WriteRoutes:
         refused: list[str] = []
         try:
             table = await self.catalog.load_table(ident)
+            if purge:
+                await self._refuse_shared_purge(table)
             await self.catalog.drop_table(ident)
         except NotFoundError:
             raise ApiError(404, "NoSuchTableException", f"table {ident} does not exist") from None
         self.service.refresher.dropped(ident)
+        await self.tables_by_location.release(table.location, ident)
         if purge:
             # After the pointer is gone, so no reader meets a half-deleted table; only what
             # lies within the allowed locations is deleted.
@@ -599,6 +650,21 @@ class WriteRoutes:
         )
         return web.Response(status=204)
 
+    async def _refuse_shared_purge(self, table: Table) -> None:
+        """403 (nothing dropped) when another table's location overlaps this one's: their
+        files are mixed, and a purge would delete the other table's."""
+        other = await self.tables_by_location.overlapping_table(
+            table.location, excluding=table.identifier
+        )
+        if other is not None:
+            raise ApiError(
+                403,
+                "ForbiddenException",
+                f"purging {table.identifier} is refused: its location overlaps the location of "
+                f"table {other}, whose files a purge would delete; drop it without "
+                "purgeRequested",
+            )
+
     async def rename_table(self, request: web.Request) -> web.StreamResponse:
         body = await _body(request, RenameTableRequest)
         source, destination = _identifier(body.source), _identifier(body.destination)
@@ -606,11 +672,13 @@ class WriteRoutes:
             await self.catalog.rename_table(source, destination)  # raises, naming why
         await self._namespace_or_404(destination.namespace)
         try:
+            location = (await self.catalog.load_table(source)).location
             await self.catalog.rename_table(source, destination)
         except NotFoundError as e:
             kind = "NoSuchNamespaceException" if "namespace" in str(e) else "NoSuchTableException"
             raise ApiError(404, kind, str(e)) from None
         self.service.refresher.dropped(source)
+        await self.tables_by_location.moved((location, source), (location, destination))
         audit(
             principal_of(request),
             "renameTable",
@@ -634,6 +702,8 @@ class WriteRoutes:
         await self.locations.check_commit(
             self.catalog.io, self.service.cache, base, change.new_metadata, str(change.identifier)
         )
+        if base is None or base.location != change.new_metadata.location:
+            await self._refuse_overlap(change.identifier, change.new_metadata.location)
 
     async def _run(self, commits: list[TableCommit]) -> list[CommitOutcome]:
         for commit in commits:
@@ -650,6 +720,17 @@ class WriteRoutes:
             self._lost_swaps.inc(stats.conflicts)
             self.stats.attempts += stats.attempts
             self.stats.conflicts += stats.conflicts
+
+    async def _index_commit(self, commit: TableCommit, outcome: CommitOutcome) -> None:
+        """A created or relocated table's entry in the location index."""
+        table = outcome.table
+        if outcome.base_location is None:
+            await self._claim_new(table)
+        elif outcome.changed and any(u.action == "set-location" for u in commit.updates):
+            base = await self.catalog.read_metadata(outcome.base_location)
+            await self.tables_by_location.moved(
+                (base.location, table.identifier), (table.location, table.identifier)
+            )
 
     def _audit_commit(
         self, request: web.Request, operation: str, commit: TableCommit, outcome: CommitOutcome
@@ -680,6 +761,7 @@ class WriteRoutes:
             )
         commit = self._commit(ident, body)
         (outcome,) = await self._run([commit])
+        await self._index_commit(commit, outcome)
         self._audit_commit(request, "updateTable", commit, outcome)
         return web.json_response(
             {
@@ -698,8 +780,18 @@ class WriteRoutes:
             commits.append(self._commit(_identifier(change.identifier), change))
         outcomes = await self._run(commits)
         for commit, outcome in zip(commits, outcomes, strict=True):
+            await self._index_commit(commit, outcome)
             self._audit_commit(request, "commitTransaction", commit, outcome)
         return web.Response(status=204)
+
+
+def _overlap_error(location: str, other: TableIdentifier) -> ApiError:
+    return ApiError(
+        403,
+        "ForbiddenException",
+        f"table location {location[:200]!r} overlaps the location of table {other} (one "
+        "contains the other); a table's location must be its own",
+    )
 
 
 def _not_found_type(message: str) -> str:

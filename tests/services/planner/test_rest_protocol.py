@@ -9,6 +9,7 @@ one process's memory.
 from __future__ import annotations
 
 import asyncio
+import json
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -22,10 +23,13 @@ from planner_process import planner_process
 from icefloe.catalog import Catalog
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.catalog_uri import load_catalog
+from icefloe.datafile import DataFile
+from icefloe.errors import ValidationError
 from icefloe.fileio import LocalFileIO
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.write_config import RestCatalogSettings
+from icefloe.snapshot_producer import fast_append
 
 SCHEMA = {
     "type": "struct",
@@ -33,6 +37,7 @@ SCHEMA = {
     "fields": [{"id": 1, "name": "id", "type": "long", "required": True}],
 }
 Client = TestClient[Any, Any]
+CATALOGS: dict[Client, Catalog] = {}  # each replica's own catalog object
 
 
 def open_catalog(kind: str, warehouse: Path, server: str | None, tag: str) -> Catalog:
@@ -69,6 +74,7 @@ async def replicas(
     opened: list[tuple[Client, Catalog]] = []
 
     async def make(n: int) -> list[Client]:
+        """n replicas' clients; ``make.catalogs`` (via CATALOGS) has their catalogs."""
         for _ in range(n):
             catalog = open_catalog(kind, warehouse, server, tag)
             config = PlannerConfig(catalog=f"file://{warehouse}", host="127.0.0.1", port=0)
@@ -76,10 +82,12 @@ async def replicas(
             client: Client = TestClient(TestServer(service.app()))
             await client.start_server()
             opened.append((client, catalog))
+            CATALOGS[client] = catalog
         return [c for c, _ in opened[-n:]]
 
     yield make
     for client, catalog in opened:
+        CATALOGS.pop(client, None)
         await client.close()
         await catalog.close()
 
@@ -237,3 +245,109 @@ async def test_idempotency_holds_across_two_planner_processes(
         assert [r.status for r in responses] == [200] * 8
         locations = {(await r.json())["metadata-location"] for r in responses}
         assert len(locations) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# register (overwrite) and tables whose locations overlap
+# ---------------------------------------------------------------------------------------------
+
+
+async def victim_with_files(client: Client, files: int = 7) -> tuple[Any, list[Path]]:
+    """db.victim with ``files`` data files on disk, committed through the core."""
+    await client.post("/v1/namespaces", json={"namespace": ["db"]})
+    made = await client.post("/v1/namespaces/db/tables", json={"name": "victim", "schema": SCHEMA})
+    assert made.status == 200, await made.text()
+    catalog = CATALOGS[client]
+    table = await catalog.load_table("db.victim")
+    data = Path(table.location.removeprefix("file://")) / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i in range(files):
+        path = data / f"part-{i}.parquet"
+        path.write_bytes(b"victim data %d" % i)
+        paths.append(path)
+    await fast_append(
+        table, [DataFile(str(p), "parquet", (), 1, p.stat().st_size) for p in paths]
+    ).commit()
+    return await catalog.load_table("db.victim"), paths
+
+
+def intact(paths: list[Path]) -> bool:
+    return all(p.read_bytes() == b"victim data %d" % i for i, p in enumerate(paths))
+
+
+async def test_no_table_is_registered_or_created_over_another_tables_location(
+    replicas: Any, tmp_path: Path
+) -> None:
+    """The alias attack: register the victim's metadata file under a new name (its location
+    is the victim's), or metadata naming a folder around or inside the victim, or create a
+    table inside the victim's folder; each is 403 and nothing is registered."""
+    (a,) = await replicas(1)
+    victim, files = await victim_with_files(a)
+    register = "/v1/namespaces/db/register"
+    alias = {"name": "alias", "metadata-location": victim.metadata_location}
+    refused = await a.post(register, json=alias)
+    assert refused.status == 403, await refused.text()
+    assert "overlaps the location of table db.victim" in (await refused.json())["error"]["message"]
+    document = json.loads(Path(victim.metadata_location.removeprefix("file://")).read_bytes())
+    for n, location in enumerate(
+        (str(Path(victim.location).parent), victim.location + "/data/inner")
+    ):
+        forged = tmp_path / "wh" / f"forged-{n}.metadata.json"
+        forged.write_text(json.dumps({**document, "location": location}))
+        body = {"name": f"alias{n}", "metadata-location": str(forged)}
+        assert (await a.post(register, json=body)).status == 403
+    inside = {"name": "inner", "schema": SCHEMA, "location": victim.location + "/inner"}
+    assert (await a.post("/v1/namespaces/db/tables", json=inside)).status == 403
+    listed = await (await a.get("/v1/namespaces/db/tables")).json()
+    assert [t["name"] for t in listed["identifiers"]] == ["victim"]
+    assert intact(files)
+
+
+async def test_purge_is_refused_while_another_table_shares_the_location(replicas: Any) -> None:
+    """An alias made around the REST catalog (before these checks, or by another tool):
+    purging either table is refused and deletes nothing; dropping the alias without purge
+    works, and then the victim may be purged."""
+    (a,) = await replicas(1)
+    victim, files = await victim_with_files(a)
+    if isinstance(CATALOGS[a], FileSystemCatalog):
+        # File-system tables live at their path: the catalog holds no alias at all.
+        with pytest.raises(ValidationError, match="must live at"):
+            await CATALOGS[a].register_table("db.alias", victim.metadata_location)
+        return
+    await CATALOGS[a].register_table("db.alias", victim.metadata_location)
+    for name in ("alias", "victim"):
+        response = await a.delete(f"/v1/namespaces/db/tables/{name}?purgeRequested=true")
+        assert response.status == 403, await response.text()
+        assert (await response.json())["error"]["type"] == "ForbiddenException"
+    assert intact(files)
+    assert (await a.delete("/v1/namespaces/db/tables/alias")).status == 204
+    assert intact(files)
+    assert (await a.delete("/v1/namespaces/db/tables/victim?purgeRequested=true")).status == 204
+    assert not any(p.exists() for p in files)
+
+
+async def test_register_with_overwrite_replaces_the_tables_metadata(replicas: Any) -> None:
+    a, b = await replicas(2)
+    await a.post("/v1/namespaces", json={"namespace": ["db"]})
+    made = await (
+        await a.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA})
+    ).json()
+    first = made["metadata-location"]
+    commit = {"requirements": [], "updates": [{"action": "set-properties", "updates": {"k": "1"}}]}
+    assert (await a.post("/v1/namespaces/db/tables/t", json=commit)).status == 200
+    body = {"name": "t", "metadata-location": first}
+    exists = await b.post("/v1/namespaces/db/register", json=body)
+    assert exists.status == 409
+    assert (await exists.json())["error"]["type"] == "AlreadyExistsException"
+    over = await b.post("/v1/namespaces/db/register", json={**body, "overwrite": True})
+    assert over.status == 200, await over.text()
+    assert "k" not in (await over.json())["metadata"].get("properties", {})
+    table = await CATALOGS[a].load_table("db.t")
+    assert "k" not in table.metadata.properties
+    # overwrite of a table that does not exist registers it
+    fresh = await b.post(
+        "/v1/namespaces/db/register",
+        json={"name": "u", "metadata-location": first, "overwrite": True},
+    )
+    assert fresh.status == 403  # ... unless its location is another table's (t's, here)
