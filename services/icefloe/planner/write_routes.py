@@ -484,17 +484,18 @@ class WriteRoutes:
         """The planner answers from the committed state at once, not after a refresh."""
         self.service.refresher.committed(table.identifier, table.metadata, table.metadata_location)
 
-    async def _location_checked(self, ident: TableIdentifier, location: str) -> bool:
-        """Whether a table at ``location`` needs the overlap check: always with a stored
-        location index; on a catalog without one (file system) only off the default
-        location, since a table's own folder can hold no other table."""
-        if self.tables_by_location.index.stored:
-            return True
-        return location != await self.catalog.default_table_location(ident)
+    @property
+    def _indexed(self) -> bool:
+        """Whether tables are checked for overlapping locations when they are made or
+        moved: with a stored location index (metastore catalogs). The file-system catalog
+        keeps every table at its own path and refuses any other location itself (400);
+        overlaps it can still hold (a namespace folder inside a table's) are caught when a
+        purge asks."""
+        return self.tables_by_location.index.stored
 
     async def _refuse_overlap(self, ident: TableIdentifier, location: str) -> None:
         """403 if another table's location contains ``location`` or lies within it."""
-        if not await self._location_checked(ident, location):
+        if not self._indexed:
             return
         other = await self.tables_by_location.overlapping_table(location, excluding=ident)
         if other is not None:
@@ -503,7 +504,7 @@ class WriteRoutes:
     async def _claim_new(self, table: Table) -> None:
         """Enter a table just created or registered in the location index; if another
         table's location overlaps (a concurrent claim), undo the creation and refuse."""
-        if not await self._location_checked(table.identifier, table.location):
+        if not self._indexed:
             return
         other = await self.tables_by_location.claim(table.location, table.identifier)
         if other is None:
