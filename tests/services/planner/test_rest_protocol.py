@@ -9,7 +9,9 @@ one process's memory.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -26,9 +28,10 @@ from icefloe.catalog_uri import load_catalog
 from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
 from icefloe.fileio import LocalFileIO
+from icefloe.planner import signed_tokens
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
-from icefloe.planner.write_config import RestCatalogSettings
+from icefloe.planner.write_config import Principal, RestCatalogSettings
 from icefloe.snapshot_producer import fast_append
 
 SCHEMA = {
@@ -73,12 +76,12 @@ async def replicas(
     warehouse.mkdir()
     opened: list[tuple[Client, Catalog]] = []
 
-    async def make(n: int) -> list[Client]:
+    async def make(n: int, **rest: Any) -> list[Client]:
         """n replicas' clients; ``make.catalogs`` (via CATALOGS) has their catalogs."""
         for _ in range(n):
             catalog = open_catalog(kind, warehouse, server, tag)
             config = PlannerConfig(catalog=f"file://{warehouse}", host="127.0.0.1", port=0)
-            service = PlannerService(config, catalog, rest=RestCatalogSettings())
+            service = PlannerService(config, catalog, rest=RestCatalogSettings(**rest))
             client: Client = TestClient(TestServer(service.app()))
             await client.start_server()
             opened.append((client, catalog))
@@ -212,12 +215,66 @@ async def test_scan_planning_mode_follows_the_table_property(replicas: Any) -> N
     assert (await plain.json())["config"] == {"scan-planning-mode": "server"}
 
 
+WRITE = "writer-token-0001"
+READ = "reader-token-0001"
+
+
+async def oauth_token(client: Any, url: str, name: str, secret: str) -> str:
+    form = {"grant_type": "client_credentials", "client_id": name, "client_secret": secret}
+    response = await client.post(f"{url}/v1/oauth/tokens", data=form)
+    assert response.status == 200, await response.text()
+    return str((await response.json())["access_token"])
+
+
+async def test_oauth_tokens_are_valid_on_every_replica_and_cannot_be_forged(
+    replicas: Any,
+) -> None:
+    a, b = await replicas(2, write_tokens=f"ann={WRITE}", read_tokens=f"rita={READ}")
+    token = await oauth_token(a, "", "ann", WRITE)
+    headers = {"Authorization": f"Bearer {token}"}
+    made = await b.post("/v1/namespaces", json={"namespace": ["db"]}, headers=headers)
+    assert made.status == 200, await made.text()
+    reader = await oauth_token(b, "", "rita", READ)
+    assert (
+        await a.get("/v1/namespaces", headers={"Authorization": f"Bearer {reader}"})
+    ).status == 200
+    # A reader's token rewritten to claim writes, or re-signed with a guessed key, is refused;
+    # so is an expired one.
+    signed, _, signature = reader.rpartition(".")
+    claims = json.loads(base64.urlsafe_b64decode(signed[5:] + "=" * (-len(signed[5:]) % 4)))
+    forged_payload = (
+        base64.urlsafe_b64encode(json.dumps({**claims, "write": True}).encode())
+        .rstrip(b"=")
+        .decode()
+    )
+    reader_principal = Principal("rita", False)
+    for forged in (
+        f"ift1.{forged_payload}.{signature}",
+        signed_tokens.issue("a-guessed-key", Principal("rita", True), time.time() + 600),
+        signed_tokens.issue(READ, reader_principal, time.time() - 1),
+        reader[:-2] + ("AA" if not reader.endswith("AA") else "BB"),
+    ):
+        response = await a.post(
+            "/v1/namespaces",
+            json={"namespace": ["x"]},
+            headers={"Authorization": f"Bearer {forged}"},
+        )
+        assert response.status == 401, (forged, await response.text())
+    # The reader's genuine token reads but does not write.
+    response = await a.post(
+        "/v1/namespaces", json={"namespace": ["x"]}, headers={"Authorization": f"Bearer {reader}"}
+    )
+    assert response.status == 403
+
+
 @pytest.mark.integration
-async def test_idempotency_holds_across_two_planner_processes(
-    redis_server: str, tmp_path: Path
+async def test_idempotency_and_oauth_tokens_hold_across_two_planner_processes(
+    redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two real planner processes over one Redis catalog: a retry through the other
-    process, and concurrent requests split between them, execute once."""
+    process, and concurrent requests split between them, execute once; an OAuth2 token
+    issued by one is accepted by the other."""
+    monkeypatch.setenv("ICEFLOE_REST_WRITE_TOKENS", f"ann={WRITE}")
     warehouse = tmp_path / "wh"
     catalog = f"{redis_server}?warehouse={warehouse}&prefix=p{uuid.uuid4().hex[:10]}"
     async with (
@@ -225,7 +282,9 @@ async def test_idempotency_holds_across_two_planner_processes(
         planner_process(warehouse, session, catalog=catalog) as (url_a, _),
         planner_process(warehouse, session, catalog=catalog) as (url_b, _),
     ):
-        headers = key()
+        token = await oauth_token(session, url_a, "ann", WRITE)
+        auth = {"Authorization": f"Bearer {token}"}
+        headers = {**key(), **auth}
         first = await session.post(
             f"{url_a}/v1/namespaces", json={"namespace": ["db"]}, headers=headers
         )
@@ -234,7 +293,7 @@ async def test_idempotency_holds_across_two_planner_processes(
         )
         assert (first.status, retry.status) == (200, 200)
         assert retry.headers["Idempotent-Replayed"] == "true"
-        headers = key()
+        headers = {**key(), **auth}
         create = {"name": "t", "schema": SCHEMA}
         responses = await asyncio.gather(
             *(
