@@ -60,6 +60,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from icefloe.catalog import Catalog, Namespace, TableIdentifier
+from icefloe.catalog_records import Records, catalog_records
 from icefloe.errors import (
     FileIOError,
     IcefloeError,
@@ -88,6 +89,7 @@ from icefloe.planner.load_result import SCAN_PLANNING_MODE, matches, table_confi
 from icefloe.planner.memory import use_arrow_allocator
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
 from icefloe.planner.pages_ahead import PagesAhead
+from icefloe.planner.plan_cancellations import SharedCancellations
 from icefloe.planner.plans import PlanStore, StoredPlan
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
 from icefloe.planner.tokens import (
@@ -351,6 +353,9 @@ class PlannerService:
                     SECRET_FILE_ENV,
                 )
         self.tokens = PlanTokens(plan_secret)
+        self.cancellations = SharedCancellations(
+            _records_or_none(self.catalog), config.plan_ttl_ms / 1000.0
+        )
         # Planning threads hold the GIL between Arrow kernels: a few at a time keep the
         # event loop (and /healthz) responsive; more would only queue for the GIL.
         self._cpu_slots = asyncio.Semaphore(config.planning_concurrency)
@@ -840,7 +845,7 @@ class PlannerService:
             raise missing(str(e)) from None
         if identity.table != _table_key(ident):
             raise missing("it belongs to another table")
-        if self.plans.cancelled(identity.key):
+        if self.plans.cancelled(identity.key) or await self.cancellations.cancelled(identity.key):
             raise missing("the plan was cancelled")
         stored = self.plans.get(identity.key, ident)
         if stored is not None:
@@ -882,9 +887,14 @@ class PlannerService:
             raise ApiError(
                 404, "NoSuchPlanIdException", f"the plan of table {ident} does not exist"
             )
+        if await self.cancellations.cancelled(identity.key):
+            raise ApiError(
+                404, "NoSuchPlanIdException", f"the plan of table {ident} does not exist"
+            )
         self.plans.remove(identity.key, ident)
         self.plans.cancel(identity.key)
         self.ahead.drop(identity.key)
+        await self.cancellations.cancel(identity.key)
         return web.Response(status=204)
 
     async def _fetch_tasks(self, request: web.Request) -> web.Response:
@@ -930,6 +940,15 @@ class PlannerService:
         self.plans.page_fetched(stored, page)
         self._write_ahead(stored, page + 1)
         return _json_bytes_response(body_out)
+
+
+def _records_or_none(catalog: Catalog) -> Records | None:
+    """The catalog's shared records, or None (a catalog with nowhere to keep them)."""
+    try:
+        return catalog_records(catalog)
+    except ValidationError as e:
+        log.warning("plan cancellations are not shared between replicas: %s", e)
+        return None
 
 
 def _private_roots(locations: Collection[str]) -> list[str]:

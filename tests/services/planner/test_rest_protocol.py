@@ -32,6 +32,7 @@ from icefloe.planner import signed_tokens
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.write_config import Principal, RestCatalogSettings
+from icefloe.schema import Schema
 from icefloe.snapshot_producer import fast_append
 
 SCHEMA = {
@@ -76,11 +77,13 @@ async def replicas(
     warehouse.mkdir()
     opened: list[tuple[Client, Catalog]] = []
 
-    async def make(n: int, **rest: Any) -> list[Client]:
+    async def make(n: int, planner: dict[str, Any] | None = None, **rest: Any) -> list[Client]:
         """n replicas' clients; ``make.catalogs`` (via CATALOGS) has their catalogs."""
         for _ in range(n):
             catalog = open_catalog(kind, warehouse, server, tag)
-            config = PlannerConfig(catalog=f"file://{warehouse}", host="127.0.0.1", port=0)
+            config = PlannerConfig(
+                catalog=f"file://{warehouse}", host="127.0.0.1", port=0, **(planner or {})
+            )
             service = PlannerService(config, catalog, rest=RestCatalogSettings(**rest))
             client: Client = TestClient(TestServer(service.app()))
             await client.start_server()
@@ -417,3 +420,33 @@ async def test_register_with_overwrite_replaces_the_tables_metadata(replicas: An
     # catalog, which keeps a table at its own path, 400.
     fs = isinstance(CATALOGS[a], FileSystemCatalog)
     assert fresh.status == (400 if fs else 403)
+
+
+async def test_a_plan_cancelled_on_one_replica_is_cancelled_on_all(replicas: Any) -> None:
+    """Replicas sharing the plan secret serve each other's plan tasks; once one cancels the
+    plan, no replica serves it (neither its tasks nor the plan)."""
+    planner = {"plan_secret": "plan-secret-0123456789abcdef", "tasks_per_page": 5}
+    a, b = await replicas(2, planner=planner)
+    # Written through the core before either replica loads the table: both see its files.
+    catalog = CATALOGS[a]
+    await catalog.create_namespace("db")
+    table = await catalog.create_table("db.p", Schema.from_json(SCHEMA))
+    files = [
+        DataFile(f"{table.location}/data/part-{i}.parquet", "parquet", (), 1, 100)
+        for i in range(23)
+    ]
+    await fast_append(table, files).commit()
+    path = "/v1/namespaces/db/tables/p"
+    planned = await (await a.post(path + "/plan", json={})).json()
+    assert planned["status"] == "completed" and planned["plan-tasks"]
+    plan_id, task = planned["plan-id"], planned["plan-tasks"][0]
+    served = await b.post(path + "/tasks", json={"plan-task": task})
+    assert served.status == 200, await served.text()
+    assert (await a.delete(f"{path}/plan/{plan_id}")).status == 204
+    for client in (a, b):
+        refused = await client.post(path + "/tasks", json={"plan-task": task})
+        assert refused.status == 404
+        assert (await refused.json())["error"]["type"] == "NoSuchPlanTaskException"
+        fetched = await client.get(f"{path}/plan/{plan_id}")
+        assert fetched.status == 404
+    assert (await b.delete(f"{path}/plan/{plan_id}")).status == 404
