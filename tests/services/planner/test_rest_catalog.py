@@ -53,16 +53,18 @@ SCHEMA = {
 Client = TestClient[Any, Any]
 
 
-def open_catalog(kind: str, warehouse: Path, server: str | None) -> Catalog:
+def open_catalog(kind: str, warehouse: Path, server: str | None, tag: str | None = None) -> Catalog:
+    """A catalog of ``kind``; catalogs opened with one ``tag`` share their store (replicas)."""
+    tag = tag or uuid.uuid4().hex[:10]
     if kind == "fs":
         return FileSystemCatalog("rest", str(warehouse), LocalFileIO())
     assert server is not None
     if kind == "dynamodb":
         return load_catalog(
-            f"dynamodb://icefloe_{uuid.uuid4().hex[:8]}?endpoint={server}&region=us-east-1"
+            f"dynamodb://icefloe_{tag}?endpoint={server}&region=us-east-1"
             f"&warehouse={warehouse}&dynamodb.access-key-id=test&dynamodb.secret-access-key=test"
         )
-    return load_catalog(f"{server}?warehouse={warehouse}&prefix=t{uuid.uuid4().hex[:10]}")
+    return load_catalog(f"{server}?warehouse={warehouse}&prefix=t{tag}")
 
 
 @pytest.fixture(

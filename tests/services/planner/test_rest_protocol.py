@@ -21,13 +21,13 @@ import aiohttp
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from planner_process import planner_process
+from test_rest_catalog import open_catalog
+from victim_files import append_victim_files, intact
 
 from icefloe.catalog import Catalog
 from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.catalog_uri import load_catalog
 from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
-from icefloe.fileio import LocalFileIO
 from icefloe.planner import signed_tokens
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
@@ -42,17 +42,6 @@ SCHEMA = {
 }
 Client = TestClient[Any, Any]
 CATALOGS: dict[Client, Catalog] = {}  # each replica's own catalog object
-
-
-def open_catalog(kind: str, warehouse: Path, server: str | None, tag: str) -> Catalog:
-    if kind == "fs":
-        return FileSystemCatalog("rest", str(warehouse), LocalFileIO())
-    if kind == "dynamodb":
-        return load_catalog(
-            f"dynamodb://icefloe_{tag}?endpoint={server}&region=us-east-1"
-            f"&warehouse={warehouse}&dynamodb.access-key-id=test&dynamodb.secret-access-key=test"
-        )
-    return load_catalog(f"{server}?warehouse={warehouse}&prefix=t{tag}")
 
 
 @pytest.fixture(
@@ -320,22 +309,8 @@ async def victim_with_files(client: Client, files: int = 7) -> tuple[Any, list[P
     made = await client.post("/v1/namespaces/db/tables", json={"name": "victim", "schema": SCHEMA})
     assert made.status == 200, await made.text()
     catalog = CATALOGS[client]
-    table = await catalog.load_table("db.victim")
-    data = Path(table.location.removeprefix("file://")) / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(files):
-        path = data / f"part-{i}.parquet"
-        path.write_bytes(b"victim data %d" % i)
-        paths.append(path)
-    await fast_append(
-        table, [DataFile(str(p), "parquet", (), 1, p.stat().st_size) for p in paths]
-    ).commit()
+    paths = await append_victim_files(await catalog.load_table("db.victim"), files)
     return await catalog.load_table("db.victim"), paths
-
-
-def intact(paths: list[Path]) -> bool:
-    return all(p.read_bytes() == b"victim data %d" % i for i, p in enumerate(paths))
 
 
 async def test_no_table_is_registered_or_created_over_another_tables_location(
