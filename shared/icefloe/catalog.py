@@ -9,6 +9,7 @@ and :mod:`icefloe.catalog_dynamodb` (metastore tables).
 
 from __future__ import annotations
 
+import logging
 import re
 import uuid
 from abc import ABC, abstractmethod
@@ -31,6 +32,7 @@ from icefloe.metadata import TableMetadata, parse_table_metadata
 from icefloe.snapshot import Snapshot
 
 Namespace = tuple[str, ...]
+_log = logging.getLogger(__name__)
 
 # Table properties that govern metadata files (names as Java and PyIceberg spell them).
 PREVIOUS_VERSIONS_MAX = "write.metadata.previous-versions-max"
@@ -261,6 +263,16 @@ class Catalog(ABC):
             return [await self.create_table_with_metadata(change.identifier, change.new_metadata)]
         return [await self.commit(change.base, change.new_metadata)]
 
+    async def register_over(self, table: Table, metadata_location: str) -> Table:
+        """Point an existing table at the metadata file ``metadata_location`` (a register
+        with ``overwrite``), conditional on ``table`` still being current.
+
+        Here: the registered metadata becomes the table's next version file (file-system
+        tables are found by their version files); metastore catalogs swap the pointer.
+        """
+        metadata = await self.read_metadata(metadata_location)
+        return await self.commit(table, metadata)
+
     async def load_table_at(
         self,
         identifier: str | TableIdentifier,
@@ -363,6 +375,29 @@ class MetastoreCatalog(Catalog):
     resolution of unknown outcomes by re-reading the pointer.
     """
 
+    def _location_index(self) -> Any:
+        """This store's :class:`icefloe.location_index.LocationIndex`, or None."""
+        return None
+
+    async def _index_location(
+        self, identifier: TableIdentifier, location: str, previous: str | None = None
+    ) -> None:
+        """Keep the location index current after a table is created, registered or moved
+        (so tables made by any writer, not only the REST catalog, are found there). A
+        failure is logged, never raised: the pointer has already changed, and a missing
+        entry only makes the overlap checks fall back to what they find."""
+        index = self._location_index()
+        if index is None or location == previous:
+            return
+        from icefloe.location_index import location_key
+
+        try:
+            await index.add(location_key(location), identifier)
+            if previous is not None:
+                await index.remove(location_key(previous), identifier)
+        except Exception as e:
+            _log.warning("location index not updated for %s at %s: %s", identifier, location, e)
+
     @abstractmethod
     async def _load_pointer(self, identifier: TableIdentifier) -> tuple[str, str | None]:
         """Current metadata location and version token; NotFoundError if there is no table."""
@@ -442,6 +477,11 @@ class MetastoreCatalog(Catalog):
             if change.base is not None:
                 for stale in previous_files_to_delete(change.base.metadata, change.new_metadata):
                     await self.io.delete(stale)
+            await self._index_location(
+                change.identifier,
+                change.new_metadata.location,
+                change.base.location if change.base is not None else None,
+            )
         return [
             Table(c.identifier, c.new_metadata, location, self, token)
             for c, location, token in zip(changes, locations, tokens, strict=True)
@@ -463,6 +503,7 @@ class MetastoreCatalog(Catalog):
             # Definitely not created: the file would be an orphan in someone else's table.
             await self.io.delete(location)
             raise
+        await self._index_location(identifier, metadata.location)
         return location
 
     async def register_table(
@@ -473,7 +514,17 @@ class MetastoreCatalog(Catalog):
             raise NotFoundError(f"namespace {ident.namespace_name!r} does not exist")
         metadata = await self.read_metadata(metadata_location)
         await self._create_pointer(ident, metadata_location)
+        await self._index_location(ident, metadata.location)
         return Table(ident, metadata, metadata_location, self)
+
+    async def register_over(self, table: Table, metadata_location: str) -> Table:
+        """The pointer swapped to ``metadata_location`` itself (no copy is written)."""
+        metadata = await self.read_metadata(metadata_location)
+        token = await self._swap_pointer(
+            table.identifier, table.metadata_location, table.version_token, metadata_location
+        )
+        await self._index_location(table.identifier, metadata.location, table.location)
+        return Table(table.identifier, metadata, metadata_location, self, token)
 
     async def commit(self, table: Table, new_metadata: TableMetadata) -> Table:
         location = new_metastore_metadata_location(new_metadata, table.metadata_location)
@@ -502,6 +553,7 @@ class MetastoreCatalog(Catalog):
                 ) from e
         for stale in previous_files_to_delete(table.metadata, new_metadata):
             await self.io.delete(stale)
+        await self._index_location(table.identifier, new_metadata.location, table.location)
         return Table(table.identifier, new_metadata, location, self, new_token)
 
     async def _committed(self, identifier: TableIdentifier, location: str) -> bool | None:

@@ -511,6 +511,11 @@ class DynamoDbCatalog(MetastoreCatalog):
 
             await purge_table_files(table)
 
+    def _location_index(self) -> Any:
+        from icefloe.location_index import DynamoDbLocations
+
+        return DynamoDbLocations(self)
+
     async def close(self) -> None:
         await self._stack.aclose()
         self._client = None

@@ -324,6 +324,11 @@ class RedisCatalog(MetastoreCatalog):
 
             await purge_table_files(table)
 
+    def _location_index(self) -> Any:
+        from icefloe.location_index import RedisLocations
+
+        return RedisLocations(self.redis, self._tag)
+
     async def close(self) -> None:
         await self.redis.aclose()
         await super().close()

@@ -43,7 +43,6 @@ import asyncio
 import contextlib
 import functools
 import gc
-import hashlib
 import json
 import logging
 import os
@@ -61,6 +60,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 from icefloe.catalog import Catalog, Namespace, TableIdentifier
+from icefloe.catalog_records import Records, catalog_records
 from icefloe.errors import (
     FileIOError,
     IcefloeError,
@@ -85,9 +85,12 @@ from icefloe.planner.auth import (
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.delegation import AccessDelegation
 from icefloe.planner.errors import ApiError, error_response
+from icefloe.planner.idempotency import IDEMPOTENCY_LIFETIME
+from icefloe.planner.load_result import SCAN_PLANNING_MODE, matches, table_config, table_etag
 from icefloe.planner.memory import use_arrow_allocator
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
 from icefloe.planner.pages_ahead import PagesAhead
+from icefloe.planner.plan_cancellations import SharedCancellations
 from icefloe.planner.plans import PlanStore, StoredPlan
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
 from icefloe.planner.tokens import (
@@ -123,7 +126,6 @@ INLINE_PAGE_TASKS = 16
 PAGES_AHEAD_MAX_BYTES = 32 << 20
 
 NAMESPACE_SEPARATOR = "\x1f"
-SCAN_PLANNING_MODE = "scan-planning-mode"
 OPENAPI_FILE = Path(__file__).with_name("openapi.json")
 
 
@@ -354,6 +356,9 @@ class PlannerService:
                     SECRET_FILE_ENV,
                 )
         self.tokens = PlanTokens(plan_secret)
+        self.cancellations = SharedCancellations(
+            _records_or_none(self.catalog), config.plan_ttl_ms / 1000.0
+        )
         # Planning threads hold the GIL between Arrow kernels: a few at a time keep the
         # event loop (and /healthz) responsive; more would only queue for the GIL.
         self._cpu_slots = asyncio.Semaphore(config.planning_concurrency)
@@ -606,17 +611,19 @@ class PlannerService:
             overrides["prefix"] = self.config.prefix
         if self.config.warehouse:
             defaults["warehouse"] = self.config.warehouse
-        return web.json_response(
-            {
-                "defaults": defaults,
-                "overrides": overrides,
-                "endpoints": advertised_endpoints(
-                    request.app.router,
-                    self.config.prefix,
-                    {f"{m} {p}" for m, p in (*ENDPOINTS, *self.write_endpoints)},
-                ),
-            }
-        )
+        body: dict[str, Any] = {
+            "defaults": defaults,
+            "overrides": overrides,
+            "endpoints": advertised_endpoints(
+                request.app.router,
+                self.config.prefix,
+                {f"{m} {p}" for m, p in (*ENDPOINTS, *self.write_endpoints)},
+            ),
+        }
+        lifetime = request.app.get(IDEMPOTENCY_LIFETIME)
+        if lifetime is not None:  # its presence tells clients keys are honoured
+            body["idempotency-key-lifetime"] = lifetime
+        return web.json_response(body)
 
     async def _openapi_document(self, request: web.Request) -> web.Response:
         if self._openapi is None:
@@ -688,14 +695,10 @@ class PlannerService:
         if snapshots not in ("all", "refs"):
             raise _bad_request(f"snapshots must be 'all' or 'refs', got {snapshots!r}")
         state = await self._table(ident, tell_namespace=False)
-        etag = (
-            '"'
-            + hashlib.sha256(f"{state.metadata_location}|{snapshots}".encode()).hexdigest()[:32]
-            + '"'
-        )
+        etag = table_etag(state.metadata_location, snapshots)
         # Delegated access is fresh in every answer (keys expire): never "not modified".
         fresh = self.delegation.delegates(request)
-        if request.headers.get("If-None-Match") == etag and not fresh:
+        if matches(request.headers.get("If-None-Match"), etag) and not fresh:
             return web.Response(status=304, headers={"ETag": etag})
         body = {
             "metadata-location": state.metadata_location,
@@ -712,10 +715,7 @@ class PlannerService:
 
     def _table_config(self, metadata: TableMetadata) -> dict[str, str]:
         """The planner's scan-planning-mode unless the table's property sets its own."""
-        mode = metadata.properties.get(SCAN_PLANNING_MODE)
-        if mode in ("server", "client"):
-            return {SCAN_PLANNING_MODE: mode}
-        return self._planning_mode_config()
+        return table_config(metadata.properties, self.config.scan_planning_mode)
 
     async def _table_exists(self, request: web.Request) -> web.Response:
         await self._table(_table_identifier(request), tell_namespace=False)
@@ -875,7 +875,7 @@ class PlannerService:
             raise missing(str(e)) from None
         if identity.table != _table_key(ident):
             raise missing("it belongs to another table")
-        if self.plans.cancelled(identity.key):
+        if self.plans.cancelled(identity.key) or await self.cancellations.cancelled(identity.key):
             raise missing("the plan was cancelled")
         stored = self.plans.get(identity.key, ident)
         if stored is not None:
@@ -917,9 +917,14 @@ class PlannerService:
             raise ApiError(
                 404, "NoSuchPlanIdException", f"the plan of table {ident} does not exist"
             )
+        if await self.cancellations.cancelled(identity.key):
+            raise ApiError(
+                404, "NoSuchPlanIdException", f"the plan of table {ident} does not exist"
+            )
         self.plans.remove(identity.key, ident)
         self.plans.cancel(identity.key)
         self.ahead.drop(identity.key)
+        await self.cancellations.cancel(identity.key)
         return web.Response(status=204)
 
     async def _fetch_tasks(self, request: web.Request) -> web.Response:
@@ -965,6 +970,15 @@ class PlannerService:
         self.plans.page_fetched(stored, page)
         self._write_ahead(stored, page + 1)
         return _json_bytes_response(body_out)
+
+
+def _records_or_none(catalog: Catalog) -> Records | None:
+    """The catalog's shared records, or None (a catalog with nowhere to keep them)."""
+    try:
+        return catalog_records(catalog)
+    except ValidationError as e:
+        log.warning("plan cancellations are not shared between replicas: %s", e)
+        return None
 
 
 def _private_roots(locations: Collection[str]) -> list[str]:

@@ -7,9 +7,9 @@ writes with ``ICEFLOE_PLANNER_TOKEN_SCOPE=write`` (see :func:`planner_token_prin
 reading never implies writing unless the operator says so. Clients that only speak OAuth2
 (DuckDB's Iceberg secret, Java's ``credential``) exchange ``client_id``/``client_secret``
 for a token at ``POST /v1/oauth/tokens`` (client-credentials grant): the client id is the
-principal's name, the secret its configured token, and the access token issued is a random
-string valid for ``oauth_token_ttl_s``. Issued tokens live in this process only: behind
-several planner replicas, clients should send their configured token directly.
+principal's name, the secret its configured token, and the access token issued, valid for
+``oauth_token_ttl_s``, is signed with that configured token (:mod:`icefloe.planner.signed_tokens`),
+so every replica configured with the principal accepts it.
 
 Every write request, whatever its outcome (refused by the token check, too large, invalid,
 failed or done), produces one JSON line on the ``icefloe.audit`` logger: who, what operation,
@@ -26,7 +26,6 @@ import binascii
 import hmac
 import json
 import logging
-import secrets
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
@@ -36,6 +35,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from icefloe.planner import signed_tokens
 from icefloe.planner.errors import ApiError
 from icefloe.planner.write_config import ANONYMOUS, Principal, RestCatalogSettings
 
@@ -58,7 +58,7 @@ class TokenAuthority:
     def __init__(
         self,
         settings: RestCatalogSettings,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.time,
         *,
         extra: Mapping[str, Principal] | None = None,
     ) -> None:
@@ -66,7 +66,6 @@ class TokenAuthority:
         self.principals = {**(extra or {}), **settings.principals()}
         self.ttl_s = settings.oauth_token_ttl_s
         self.clock = clock
-        self._issued: dict[str, tuple[Principal, float]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -81,13 +80,8 @@ class TokenAuthority:
         return found
 
     def principal_for(self, token: str) -> Principal | None:
-        issued = self._issued.get(token)
-        if issued is not None:
-            principal, expires = issued
-            if expires > self.clock():
-                return principal
-            del self._issued[token]
-            return None
+        if token.startswith(signed_tokens.PREFIX):
+            return signed_tokens.verify(token, self.principals, self.clock())
         return self._configured(token)
 
     def authenticate(self, header: str) -> Principal:
@@ -114,11 +108,7 @@ class TokenAuthority:
             principal.name.encode(), client_id.encode()
         ):
             return None
-        now = self.clock()
-        for token in [t for t, (_, expires) in self._issued.items() if expires <= now]:
-            del self._issued[token]
-        token = secrets.token_urlsafe(32)
-        self._issued[token] = (principal, now + self.ttl_s)
+        token = signed_tokens.issue(client_secret, principal, self.clock() + self.ttl_s)
         return token, principal
 
 

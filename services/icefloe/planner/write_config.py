@@ -136,6 +136,18 @@ class RestCatalogSettings(BaseSettings):
         description="the planner's base URL as clients reach it, for s3.signer.uri (unset: "
         "the scheme and host of each request)",
     )
+    idempotency_key_lifetime_s: int = Field(
+        1800,
+        ge=0,
+        description="how long the first answer to a request with an Idempotency-Key is kept "
+        "for its retries (advertised as idempotency-key-lifetime; 0: keys are not honoured)",
+    )
+    idempotency_lease_s: float = Field(
+        60.0,
+        gt=0,
+        description="how long a key stays claimed by a request whose replica stopped "
+        "answering (renewed while the request runs)",
+    )
 
     def allowed_location_list(self) -> list[str]:
         """The configured allowed prefixes (none: the catalog's warehouse applies)."""

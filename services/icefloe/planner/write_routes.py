@@ -53,6 +53,7 @@ from icefloe.catalog import (
     data_dir,
     metadata_dir,
 )
+from icefloe.catalog_records import catalog_records
 from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.errors import (
     AlreadyExistsError,
@@ -66,6 +67,7 @@ from icefloe.errors import (
     UnsupportedOperationError,
     ValidationError,
 )
+from icefloe.location_index import TableLocations
 from icefloe.maintenance import purge_table_files
 from icefloe.manifest_cache import ManifestCache
 from icefloe.metadata import TableMetadata
@@ -83,6 +85,8 @@ from icefloe.planner.auth import (
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.delegation import AccessDelegation
 from icefloe.planner.errors import ApiError
+from icefloe.planner.idempotency import IDEMPOTENCY_LIFETIME, IdempotentRequests
+from icefloe.planner.load_result import table_config, table_etag
 from icefloe.planner.location_policy import LocationPolicy
 from icefloe.planner.refresher import TableRefresher
 from icefloe.planner.write_config import RestCatalogSettings
@@ -118,7 +122,6 @@ class PlannerService(Protocol):
 
 
 NAMESPACE_SEPARATOR = "\x1f"
-SCAN_PLANNING_MODE = "scan-planning-mode"
 MAX_NAME_BYTES = 255  # a path component on common file systems and object stores
 # Names become storage paths and Redis/DynamoDB keys: no separators, no control characters.
 _BAD_NAME = re.compile(r"[/\\.\x00-\x1f\x7f]")
@@ -319,9 +322,19 @@ class WriteRoutes:
             max_wait_ms=DEFAULT_POLICY.max_wait_ms,
             total_timeout_ms=DEFAULT_POLICY.total_timeout_ms,
         )
+        self.tables_by_location = TableLocations(self.catalog)
         self.endpoints: list[tuple[str, str]] = []
         self.stats = CommitStats()
         self._lost_swaps = _lost_swaps_counter(service.registry)
+        self.idempotency = (
+            IdempotentRequests(
+                catalog_records(self.catalog),
+                settings.idempotency_key_lifetime_s,
+                settings.idempotency_lease_s,
+            )
+            if settings.idempotency_key_lifetime_s > 0
+            else None
+        )
 
     # -- registration -----------------------------------------------------------------------
 
@@ -332,8 +345,12 @@ class WriteRoutes:
         app.router.add_post(OAUTH_PATH, self._oauth)
         base = f"/v1/{prefix}/" if prefix else "/v1/"
         advertised = []
+        if self.idempotency is not None:
+            app[IDEMPOTENCY_LIFETIME] = self.idempotency.lifetime
         for method, path, operation, attribute in ROUTES:
             wrapped = self._wrap(getattr(self, attribute), operation)
+            if self.idempotency is not None:
+                wrapped = self.idempotency.wrap(wrapped)
             app.router.add_route(method, base + path, wrapped, name=WRITE_ROUTE_PREFIX + operation)
             if operation != "renameTable" or self.catalog.supports_rename:
                 advertised.append((method, "/v1/{prefix}/" + path))
@@ -462,16 +479,47 @@ class WriteRoutes:
     ) -> web.Response:
         body: dict[str, Any] = {
             "metadata": metadata.to_json(),
-            "config": {SCAN_PLANNING_MODE: "server"},
+            "config": table_config(metadata.properties, self.service.config.scan_planning_mode),
         }
         if location is not None:
             body["metadata-location"] = location
         await self.service.delegation.decorate(request, body, metadata, name)
-        return web.json_response(body)
+        if location is None:
+            return web.json_response(body)
+        return web.json_response(body, headers={"ETag": table_etag(location)})
 
     def _seen(self, table: Table) -> None:
         """The planner answers from the committed state at once, not after a refresh."""
         self.service.refresher.committed(table.identifier, table.metadata, table.metadata_location)
+
+    @property
+    def _indexed(self) -> bool:
+        """Whether tables are checked for overlapping locations when they are made or
+        moved: with a stored location index (metastore catalogs). The file-system catalog
+        keeps every table at its own path and refuses any other location itself (400);
+        overlaps it can still hold (a namespace folder inside a table's) are caught when a
+        purge asks."""
+        return self.tables_by_location.index.stored
+
+    async def _refuse_overlap(self, ident: TableIdentifier, location: str) -> None:
+        """403 if another table's location contains ``location`` or lies within it."""
+        if not self._indexed:
+            return
+        other = await self.tables_by_location.overlapping_table(location, excluding=ident)
+        if other is not None:
+            raise _overlap_error(location, other)
+
+    async def _claim_new(self, table: Table) -> None:
+        """Enter a table just created or registered in the location index; if another
+        table's location overlaps (a concurrent claim), undo the creation and refuse."""
+        if not self._indexed:
+            return
+        other = await self.tables_by_location.claim(table.location, table.identifier)
+        if other is None:
+            return
+        await self.catalog.drop_table(table.identifier)
+        self.service.refresher.dropped(table.identifier)
+        raise _overlap_error(table.location, other)
 
     async def create_table(self, request: web.Request) -> web.StreamResponse:
         namespace = path_namespace(request.match_info["namespace"])
@@ -494,6 +542,7 @@ class WriteRoutes:
         self.locations.check_table(location, body.properties)
         if location != default:
             await self.locations.check_unused(self.catalog.io, location, "table location")
+        await self._refuse_overlap(ident, location)
         metadata = new_table_metadata(schema, spec, order, location, body.properties)
         principal = principal_of(request)
         if body.stage_create:
@@ -509,6 +558,7 @@ class WriteRoutes:
             table = await self.catalog.create_table_with_metadata(ident, metadata)
         except AlreadyExistsError as e:
             raise ApiError(409, "AlreadyExistsException", str(e)) from None
+        await self._claim_new(table)
         self._seen(table)
         audit(
             principal,
@@ -525,30 +575,46 @@ class WriteRoutes:
         ident = TableIdentifier(namespace, check_name(body.name, "table name"))
         await self._namespace_or_404(namespace)
         self.locations.check(body.metadata_location, "metadata file")
-        if body.overwrite and await self.catalog.table_exists(ident):
-            raise ApiError(
-                406,
-                "UnsupportedOperationException",
-                f"table {ident} exists and registering with overwrite is not supported; "
-                "drop it first",
-            )
         try:
             metadata = await self.catalog.read_metadata(body.metadata_location)
         except (NotFoundError, InvalidFileError, ValidationError) as e:
             raise _bad_request(f"cannot register {ident}: {e}") from None
         self.locations.check_table(metadata.location, metadata.properties)
-        try:
-            table = await self.catalog.register_table(ident, body.metadata_location)
-        except AlreadyExistsError as e:
-            raise ApiError(409, "AlreadyExistsException", str(e)) from None
+        existing: Table | None = None
+        if body.overwrite:
+            try:
+                existing = await self.catalog.load_table(ident)
+            except NotFoundError:
+                existing = None
+        # Refused before anything changes: a registered table whose location overlaps
+        # another table's would share its files, and purging it would delete them.
+        await self._refuse_overlap(ident, metadata.location)
+        if existing is None:
+            try:
+                table = await self.catalog.register_table(ident, body.metadata_location)
+            except AlreadyExistsError as e:
+                raise ApiError(409, "AlreadyExistsException", str(e)) from None
+            await self._claim_new(table)
+        else:
+            try:
+                table = await self.catalog.register_over(existing, body.metadata_location)
+            except CommitFailedError:
+                raise ApiError(
+                    409,
+                    "CommitFailedException",
+                    f"table {ident} changed while it was being overwritten; retry the register",
+                ) from None
+            await self.tables_by_location.moved((existing.location, ident), (table.location, ident))
         self._seen(table)
         audit(
             principal_of(request),
             "registerTable",
             status=200,
             table=str(ident),
+            overwrite=existing is not None or None,
             **{
                 "metadata-location": table.metadata_location,
+                "previous-metadata-location": existing.metadata_location if existing else None,
                 "snapshot-id": _snapshot_id(table.metadata),
             },
         )
@@ -564,10 +630,13 @@ class WriteRoutes:
         refused: list[str] = []
         try:
             table = await self.catalog.load_table(ident)
+            if purge:
+                await self._refuse_shared_purge(table)
             await self.catalog.drop_table(ident)
         except NotFoundError:
             raise ApiError(404, "NoSuchTableException", f"table {ident} does not exist") from None
         self.service.refresher.dropped(ident)
+        await self.tables_by_location.release(table.location, ident)
         if purge:
             # After the pointer is gone, so no reader meets a half-deleted table; only what
             # lies within the allowed locations is deleted.
@@ -590,6 +659,21 @@ class WriteRoutes:
         )
         return web.Response(status=204)
 
+    async def _refuse_shared_purge(self, table: Table) -> None:
+        """403 (nothing dropped) when another table's location overlaps this one's: their
+        files are mixed, and a purge would delete the other table's."""
+        other = await self.tables_by_location.overlapping_table(
+            table.location, excluding=table.identifier
+        )
+        if other is not None:
+            raise ApiError(
+                403,
+                "ForbiddenException",
+                f"purging {table.identifier} is refused: its location overlaps the location of "
+                f"table {other}, whose files a purge would delete; drop it without "
+                "purgeRequested",
+            )
+
     async def rename_table(self, request: web.Request) -> web.StreamResponse:
         body = await _body(request, RenameTableRequest)
         source, destination = _identifier(body.source), _identifier(body.destination)
@@ -597,11 +681,13 @@ class WriteRoutes:
             await self.catalog.rename_table(source, destination)  # raises, naming why
         await self._namespace_or_404(destination.namespace)
         try:
+            location = (await self.catalog.load_table(source)).location
             await self.catalog.rename_table(source, destination)
         except NotFoundError as e:
             kind = "NoSuchNamespaceException" if "namespace" in str(e) else "NoSuchTableException"
             raise ApiError(404, kind, str(e)) from None
         self.service.refresher.dropped(source)
+        await self.tables_by_location.moved((location, source), (location, destination))
         audit(
             principal_of(request),
             "renameTable",
@@ -625,6 +711,8 @@ class WriteRoutes:
         await self.locations.check_commit(
             self.catalog.io, self.service.cache, base, change.new_metadata, str(change.identifier)
         )
+        if base is None or base.location != change.new_metadata.location:
+            await self._refuse_overlap(change.identifier, change.new_metadata.location)
 
     async def _run(self, commits: list[TableCommit]) -> list[CommitOutcome]:
         for commit in commits:
@@ -641,6 +729,17 @@ class WriteRoutes:
             self._lost_swaps.inc(stats.conflicts)
             self.stats.attempts += stats.attempts
             self.stats.conflicts += stats.conflicts
+
+    async def _index_commit(self, commit: TableCommit, outcome: CommitOutcome) -> None:
+        """A created or relocated table's entry in the location index."""
+        table = outcome.table
+        if outcome.base_location is None:
+            await self._claim_new(table)
+        elif outcome.changed and any(u.action == "set-location" for u in commit.updates):
+            base = await self.catalog.read_metadata(outcome.base_location)
+            await self.tables_by_location.moved(
+                (base.location, table.identifier), (table.location, table.identifier)
+            )
 
     def _audit_commit(
         self, request: web.Request, operation: str, commit: TableCommit, outcome: CommitOutcome
@@ -671,12 +770,14 @@ class WriteRoutes:
             )
         commit = self._commit(ident, body)
         (outcome,) = await self._run([commit])
+        await self._index_commit(commit, outcome)
         self._audit_commit(request, "updateTable", commit, outcome)
         return web.json_response(
             {
                 "metadata-location": outcome.table.metadata_location,
                 "metadata": outcome.table.metadata.to_json(),
-            }
+            },
+            headers={"ETag": table_etag(outcome.table.metadata_location)},
         )
 
     async def commit_transaction(self, request: web.Request) -> web.StreamResponse:
@@ -688,8 +789,18 @@ class WriteRoutes:
             commits.append(self._commit(_identifier(change.identifier), change))
         outcomes = await self._run(commits)
         for commit, outcome in zip(commits, outcomes, strict=True):
+            await self._index_commit(commit, outcome)
             self._audit_commit(request, "commitTransaction", commit, outcome)
         return web.Response(status=204)
+
+
+def _overlap_error(location: str, other: TableIdentifier) -> ApiError:
+    return ApiError(
+        403,
+        "ForbiddenException",
+        f"table location {location[:200]!r} overlaps the location of table {other} (one "
+        "contains the other); a table's location must be its own",
+    )
 
 
 def _not_found_type(message: str) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import threading
 import warnings
 from collections.abc import Iterator
@@ -366,3 +367,21 @@ def test_column_selection_and_counts(rest: Any, written: Written) -> None:
         r["id"] for r in written.rows(pc.field("id") < 50)
     ]
     assert table.scan().count() == len(written.rows())
+
+
+def test_the_access_log_shows_the_client_planning_through_plan_and_tasks(
+    rest: Any, written: Written, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Proof from the server's side: a PyIceberg scan is answered by ``/plan`` and (pages of
+    five tasks) ``/tasks`` requests, and returns the rows of local planning."""
+    with caplog.at_level(logging.INFO, logger="icefloe.access"):
+        rows = rest.load_table("db.events").scan().to_arrow()
+    answered = [
+        (r.method, r.route, r.status)  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name == "icefloe.access"
+    ]
+    base = "/v1/namespaces/{namespace}/tables/{table}"
+    assert ("POST", base + "/plan", 200) in answered
+    assert ("POST", base + "/tasks", 200) in answered
+    assert _sorted(rows) == _sorted(_static(written).scan().to_arrow())

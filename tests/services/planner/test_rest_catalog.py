@@ -53,16 +53,18 @@ SCHEMA = {
 Client = TestClient[Any, Any]
 
 
-def open_catalog(kind: str, warehouse: Path, server: str | None) -> Catalog:
+def open_catalog(kind: str, warehouse: Path, server: str | None, tag: str | None = None) -> Catalog:
+    """A catalog of ``kind``; catalogs opened with one ``tag`` share their store (replicas)."""
+    tag = tag or uuid.uuid4().hex[:10]
     if kind == "fs":
         return FileSystemCatalog("rest", str(warehouse), LocalFileIO())
     assert server is not None
     if kind == "dynamodb":
         return load_catalog(
-            f"dynamodb://icefloe_{uuid.uuid4().hex[:8]}?endpoint={server}&region=us-east-1"
+            f"dynamodb://icefloe_{tag}?endpoint={server}&region=us-east-1"
             f"&warehouse={warehouse}&dynamodb.access-key-id=test&dynamodb.secret-access-key=test"
         )
-    return load_catalog(f"{server}?warehouse={warehouse}&prefix=t{uuid.uuid4().hex[:10]}")
+    return load_catalog(f"{server}?warehouse={warehouse}&prefix=t{tag}")
 
 
 @pytest.fixture(
@@ -333,11 +335,14 @@ async def test_register_and_rename(make_client: Any, kind: str) -> None:
             },
         )
         await error_of(response, code, kind_)
-    # The first version's metadata file registers as a new table beside the renamed one.
-    response = await client.post(
-        "/v1/namespaces/db/register",
-        json={"name": "old", "metadata-location": created["metadata-location"]},
-    )
+    # The first version's metadata file names the renamed table's location: registering it
+    # beside that table would make an alias (a purge of one deletes the other's files).
+    old = {"name": "old", "metadata-location": created["metadata-location"]}
+    response = await client.post("/v1/namespaces/db/register", json=old)
+    await error_of(response, 403, "ForbiddenException")
+    # Once the renamed table is dropped (files kept), the file registers as a table again.
+    assert (await client.delete("/v1/namespaces/other/tables/t2")).status == 204
+    response = await client.post("/v1/namespaces/db/register", json=old)
     assert response.status == 200, await response.text()
     registered = await response.json()
     assert registered["metadata"]["properties"] == {}

@@ -22,13 +22,13 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from victim_files import append_victim_files
 from yarl import URL
 
 from hypothesis_budget import examples
 from icefloe.catalog import Catalog, TableIdentifier
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.catalog_uri import load_catalog
-from icefloe.datafile import DataFile
 from icefloe.fileio import LocalFileIO
 from icefloe.locations import LOCATION_PROPERTIES
 from icefloe.manifest_list import write_manifest_list
@@ -36,7 +36,6 @@ from icefloe.manifest_reader import ManifestReader
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.write_config import RestCatalogSettings
-from icefloe.snapshot_producer import fast_append
 from icefloe.table_changes import TableCommit, commit_table_changes
 
 READ = "reader-token-0001"
@@ -124,17 +123,7 @@ async def victim_with_files(served: Served, name: str = "victim", files: int = 7
     """A table with ``files`` data files (bytes on disk) committed through the core."""
     await create_table(served.client, name)
     table = await served.catalog.load_table(f"db.{name}")
-    data = Path(table.location.removeprefix("file://")) / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(files):
-        path = data / f"part-{i}.parquet"
-        path.write_bytes(b"victim data %d" % i)
-        paths.append(path)
-    await fast_append(
-        table, [DataFile(str(p), "parquet", (), 1, p.stat().st_size) for p in paths]
-    ).commit()
-    return paths
+    return await append_victim_files(table, files)
 
 
 # ---------------------------------------------------------------------------------------------
