@@ -184,7 +184,25 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+class _NoPlanFinished(LoadGeneratorError):
+    """wrk finished no plan in its time, without any error: the time was too short for this
+    machine's load (a plan slower than the whole run), not a failure."""
+
+
 async def _run_level(
+    session: Any, url: str, body: dict[str, Any], clients: int, seconds: float, pid: int = 0
+) -> Level:
+    """One load level; a run that finished no plan (and met no error) is run again for twice
+    as long, at most three more times, so a loaded machine yields a figure, not a failure."""
+    for _ in range(3):
+        try:
+            return await _run_level_once(session, url, body, clients, seconds, pid)
+        except _NoPlanFinished:
+            seconds *= 2
+    return await _run_level_once(session, url, body, clients, seconds, pid)
+
+
+async def _run_level_once(
     session: Any, url: str, body: dict[str, Any], clients: int, seconds: float, pid: int = 0
 ) -> Level:
     """``clients`` connections posting ``body`` for ``seconds`` with wrk (one thread: C and
@@ -271,6 +289,8 @@ async def _run_level(
             f"wrk failed ({process.returncode}): {(err or out).decode()[-500:]}"
         )
     requests, micros, *errors, p50, p99 = (int(x) for x in line.split()[1:])
+    if requests == 0 and not any(errors):
+        raise _NoPlanFinished(f"wrk finished no plan in {seconds:g} s ({clients} clients)")
     if any(errors) or requests == 0:
         raise LoadGeneratorError(
             f"wrk: {requests} plans, errors (connect, read, write, status, timeout) {errors}"
