@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -43,7 +44,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icefloe.catalog import Catalog, Table
+from icefloe.catalog import Table
 from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.batcher import PendingFiles, Unit
 from icefloe.coordinator.committer import TableCommitter, source_key
@@ -129,10 +130,12 @@ def _key_file(table: Table, keys: pa.Table, name: str) -> DataFile:
     return written.copy(content=DataFileContent.EQUALITY_DELETES, equality_ids=[1])
 
 
-def _batch_files(table: Table, batches: Sequence[Batch]) -> list[tuple[DataFile, DataFile]]:
+def _batch_files(
+    table: Table, batches: Sequence[Batch], first: int = 0
+) -> list[tuple[DataFile, DataFile]]:
     return [
         (_write(table, b.rows, SCHEMA, f"data-{i:05d}"), _key_file(table, b.keys, f"keys-{i:05d}"))
-        for i, b in enumerate(batches)
+        for i, b in enumerate(batches, start=first)
     ]
 
 
@@ -153,11 +156,14 @@ def _upsert_unit(table: Table, n: int, data: DataFile, keys: DataFile) -> Unit:
 
 
 async def commit_upserts(
-    catalog: Catalog, table: Table, files: Sequence[tuple[DataFile, DataFile]]
+    committer: TableCommitter,
+    table: Table,
+    files: Sequence[tuple[DataFile, DataFile]],
+    first: int = 0,
 ) -> None:
-    """icefloe's path: one upsert unit per batch through the coordinator's committer."""
-    committer = TableCommitter(catalog, table.identifier, SOURCE)
-    for n, (data, keys) in enumerate(files):
+    """icefloe's path: one upsert unit per batch (numbered from ``first``) through the
+    coordinator's committer."""
+    for n, (data, keys) in enumerate(files, start=first):
         unit = _upsert_unit(table, n, data, keys)
         outcome = await committer.commit([unit], resume_offset=0, position=unit.offset + 1)
         if outcome.rejected or len(outcome.snapshots) != 1:
@@ -259,7 +265,9 @@ def upsert_benchmark(ctx: BenchContext) -> list[Figure]:
     with asyncio.Runner() as runner:
         run = _Run(runner, version)
         try:
-            return _figures(ctx, run, batches, expected, work, commits)
+            figures = _figures(ctx, run, batches, expected, work, commits)
+            figures.append(_big_table_figure(ctx, run, batch))
+            return figures
         finally:
             run.close()
 
@@ -283,7 +291,8 @@ def _figures(
         return make
 
     def upserts() -> None:
-        run.runner.run(commit_upserts(run.catalog, tables["upsert"], files["upsert"]))
+        committer = TableCommitter(run.catalog, tables["upsert"].identifier, SOURCE)
+        run.runner.run(commit_upserts(committer, tables["upsert"], files["upsert"]))
 
     def equality() -> None:
         run.runner.run(commit_equality_deletes(tables["equality"], files["equality"]))
@@ -373,3 +382,65 @@ def _reading(
     read: Callable[[str], pa.Table], location: str, expected: pa.Table, *, full: bool
 ) -> Callable[[], None]:
     return lambda: _checked(read, location, expected, full=full)
+
+
+def _big_table_figure(ctx: BenchContext, run: _Run, batch: int) -> Figure:
+    """One upsert batch committed on a table of ``big_rows`` rows, in steady state: the
+    committer's key index already holds the table (the cold first commit is a note)."""
+    rows = ctx.size("big_rows", full=1_000_000, quick=100_000)
+    parts = ctx.size("big_files", full=20, quick=4)
+    ids = pa.array(np.arange(rows, dtype=np.int64))
+    text = pc.binary_join_element_wise(pa.scalar("b"), pc.cast(ids, pa.string()), "")
+    base = pa.table({"id": ids, "value": text, "ord": pa.array(np.full(rows, -1, np.int64))})
+    step = -(-rows // parts)
+    tables: dict[str, Table] = {}
+    for which in ("upsert", "equality"):
+        table = run.table(f"big_{which}")
+        written = [
+            _write(table, base.slice(start, step), SCHEMA, f"base-{start:09d}")
+            for start in range(0, rows, step)
+        ]
+        tables[which] = run.runner.run(fast_append(table, written).commit())
+    # About half the batch's keys are in the table (updates, deletes), half are new.
+    one = change_batches(1, batch, 2 * rows)[0]
+    committer = TableCommitter(run.catalog, tables["upsert"].identifier, SOURCE)
+    staged: dict[str, list[tuple[DataFile, DataFile]]] = {}
+    done = {"upsert": 0, "equality": 0}
+
+    def setup(which: str) -> Callable[[], None]:
+        def make() -> None:
+            staged[which] = _batch_files(tables[which], [one], first=done[which])
+            done[which] += 1
+
+        return make
+
+    def upsert() -> None:
+        files = staged["upsert"]
+        run.runner.run(commit_upserts(committer, tables["upsert"], files, done["upsert"] - 1))
+
+    def equality() -> None:
+        table = tables["equality"]
+        data, keys = staged["equality"][0]
+        tables["equality"] = run.runner.run(row_delta(table, [data], [keys]).commit())
+
+    setup("upsert")()
+    start = time.perf_counter()
+    upsert()
+    cold = time.perf_counter() - start
+    timings = ctx.compare(
+        {"icefloe": upsert, EQUALITY: equality},
+        work=1,
+        setup={"icefloe": setup("upsert"), EQUALITY: setup("equality")},
+    )
+    ctx.note(
+        f"one batch of {one.keys.num_rows} keys on a {rows:,}-row table in {parts} files: the "
+        f"first upsert commit (key index built from the table) took {cold * 1000:,.0f} ms; "
+        "the figure is the steady state after it"
+    )
+    return Figure(
+        f"commit one upsert batch, {rows / 1e6:g}M-row table",
+        "ms/commit",
+        icefloe=timings["icefloe"],
+        peers={EQUALITY: timings[EQUALITY]},
+        kind=Kind.LATENCY,
+    )

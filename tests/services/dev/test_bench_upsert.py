@@ -22,13 +22,22 @@ from icefloe.dev.bench_upsert import (
 @pytest.mark.parametrize("version", [2, 3])
 def test_upsert_benchmark_reports_commits_and_reads_beside_peers(version: int) -> None:
     ctx = BenchContext(
-        repeat=1, sizes={"commits": 4, "batch": 50, "keys": 120, "format_version": version}
+        repeat=1,
+        sizes={
+            "commits": 4,
+            "batch": 50,
+            "keys": 120,
+            "format_version": version,
+            "big_rows": 1_000,
+            "big_files": 3,
+        },
     )
     figures = upsert_benchmark(ctx)
     assert [(f.name, f.kind, list(f.peers)) for f in figures] == [
         ("upsert commits, 4 batches", Kind.RATE, [EQUALITY]),
         ("DuckDB read after 4 upsert commits", Kind.LATENCY, [APPEND_ONLY, EQUALITY]),
         ("PyIceberg read after 4 upsert commits", Kind.LATENCY, [APPEND_ONLY]),
+        ("commit one upsert batch, 0.001M-row table", Kind.LATENCY, [EQUALITY]),
     ]
     assert figures[0].icefloe.work == 4 * 50
     for figure in figures:
