@@ -66,6 +66,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "icefloe.dev.bench_coordinator",
     "icefloe.dev.bench_dedup",
     "icefloe.dev.bench_key_index",
+    "icefloe.dev.bench_upsert",
 )
 
 # Distributions whose versions explain a figure; printed with every report.

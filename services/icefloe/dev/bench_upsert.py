@@ -1,0 +1,456 @@
+"""Upserts into a keyed table: icefloe's commit path beside equality deletes, and reads after.
+
+The same ``commits`` change batches (each ``batch`` distinct keys drawn from ``keys``, a
+tenth of them deletes, the rest inserts and updates) are committed one batch per snapshot
+two ways, on tables of format ``format_version`` (3: deletion vectors) in a file-system
+catalog:
+
+* **icefloe**: per batch one data file (the batch's new rows) and one *key file* (every key
+  it touches), committed as an ``upsert`` unit through
+  :class:`~icefloe.coordinator.committer.TableCommitter` (the coordinator's committer
+  without Kafka): the key index resolves the keys into deletion vectors (v3) or position
+  deletes (v2) at commit, and the key file is never committed.
+* **equality deletes**, what the Flink and Kafka Connect sinks do: per batch the same data
+  file plus an equality-delete file holding the same keys, committed as a row delta
+  (:func:`~icefloe.snapshot_producer.row_delta`). The data file and its delete file share a
+  sequence number, so the delete hits only older rows.
+
+Both figures exclude writing the Parquet files (written before each timed run, identical
+bytes for both) and include everything from there to the last swap: reading key files,
+resolving, writing DVs, manifests and metadata.
+
+Then the tables the last timed run left are read, whole, by DuckDB (its ``iceberg``
+extension from the PyPI wheel, loaded from the file, autoinstall and autoload off) and by
+PyIceberg (``StaticTable.scan().to_arrow()`` from the metadata file), beside a table holding
+the same final rows appended only (the target: icefloe's table within 1.2x of it) and the
+equality-delete table. Every read is checked against the last-write-wins fold of the
+batches (row count on every timed read; ids and values on the untimed warm-up read), so a
+wrong read cannot produce a figure. PyIceberg refuses equality deletes, so its read has no
+equality-delete peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icefloe.catalog import Table
+from icefloe.catalog_uri import load_catalog
+from icefloe.coordinator.batcher import PendingFiles, Unit
+from icefloe.coordinator.committer import TableCommitter, source_key
+from icefloe.datafile import DataFile, DataFileContent
+from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
+from icefloe.events import CommitOperation, CommitRequested, FilesWritten
+from icefloe.parquet import write_data_file
+from icefloe.schema import Schema
+from icefloe.snapshot_producer import fast_append, row_delta
+from icefloe.types import LongType, NestedField, StringType
+
+SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, "value", StringType()),
+    NestedField(3, "ord", LongType()),
+    identifier_field_ids=[1],
+)
+KEY_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
+SOURCE = source_key("bench-upserts", 0)
+DELETE_SHARE = 0.1
+APPEND_ONLY = "same rows, appended only"
+EQUALITY = "equality deletes (Flink, Kafka Connect)"
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """One change batch, folded per key: the rows it writes, and every key it touches (its
+    upserted and its deleted keys), which is what a key file and an equality delete hold."""
+
+    rows: pa.Table
+    keys: pa.Table
+
+
+def change_batches(commits: int, batch: int, keys: int) -> list[Batch]:
+    """``commits`` batches of ``batch`` distinct keys out of ``keys``; a tenth are deletes."""
+    rng = np.random.default_rng(19)
+    out = []
+    for c in range(commits):
+        touched = np.sort(rng.choice(keys, min(batch, keys), replace=False)).astype(np.int64)
+        written = touched[rng.random(len(touched)) >= DELETE_SHARE]
+        text = pc.cast(pa.array(written * 31 + c), pa.string())
+        rows = pa.table(
+            {
+                "id": pa.array(written),
+                "value": pc.binary_join_element_wise(pa.scalar("v"), text, ""),
+                "ord": pa.array(np.full(len(written), c, np.int64)),
+            }
+        )
+        out.append(Batch(rows, pa.table({"id": pa.array(touched)})))
+    return out
+
+
+def fold(batches: Sequence[Batch]) -> pa.Table:
+    """The table after every batch, last write wins: one row per live key, sorted by id."""
+    live: dict[int, tuple[str, int]] = {}
+    for b in batches:
+        for k in b.keys["id"].to_pylist():
+            live.pop(k, None)
+        columns = (b.rows[c].to_pylist() for c in ("id", "value", "ord"))
+        for k, v, o in zip(*columns, strict=True):
+            live[k] = (v, o)
+    ids = sorted(live)
+    return pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "value": pa.array([live[k][0] for k in ids], pa.string()),
+            "ord": pa.array([live[k][1] for k in ids], pa.int64()),
+        }
+    )
+
+
+def _write(table: Table, rows: pa.Table, schema: Schema, name: str) -> DataFile:
+    path = f"{table.location}/data/{name}.parquet"
+    local = Path(path.removeprefix("file://"))
+    local.parent.mkdir(parents=True, exist_ok=True)
+    return write_data_file(rows, str(local), schema=schema, file_path=path)
+
+
+def _key_file(table: Table, keys: pa.Table, name: str) -> DataFile:
+    """Keys as an equality-delete Parquet file over ``id``: an icefloe key file, or a
+    Flink-style equality delete (the same bytes; only what is done with it differs)."""
+    written = _write(table, keys, KEY_SCHEMA, name)
+    return written.copy(content=DataFileContent.EQUALITY_DELETES, equality_ids=[1])
+
+
+def _batch_files(
+    table: Table, batches: Sequence[Batch], first: int = 0
+) -> list[tuple[DataFile, DataFile]]:
+    return [
+        (_write(table, b.rows, SCHEMA, f"data-{i:05d}"), _key_file(table, b.keys, f"keys-{i:05d}"))
+        for i, b in enumerate(batches, start=first)
+    ]
+
+
+def _upsert_unit(table: Table, n: int, data: DataFile, keys: DataFile) -> Unit:
+    """The unit the coordinator builds from one CDC writer's files-written and
+    commit-requested events (offsets ``2n`` and ``2n + 1``)."""
+    name = str(table.identifier)
+    commit_id, attempt = f"batch-{n}", f"batch-{n}-a0"
+    md = table.metadata
+    event = FilesWritten.from_data_files(
+        name, commit_id, "bench", attempt, md.schema(), md.spec(), [data], [keys]
+    )
+    pending = PendingFiles(event, 2 * n, (data,), (keys,))
+    request = CommitRequested(
+        table=name, commit_id=commit_id, operation=CommitOperation.UPSERT, attempt_ids=(attempt,)
+    )
+    return Unit(request, 2 * n + 1, (pending,))
+
+
+async def commit_upserts(
+    committer: TableCommitter,
+    table: Table,
+    files: Sequence[tuple[DataFile, DataFile]],
+    first: int = 0,
+) -> None:
+    """icefloe's path: one upsert unit per batch (numbered from ``first``) through the
+    coordinator's committer."""
+    for n, (data, keys) in enumerate(files, start=first):
+        unit = _upsert_unit(table, n, data, keys)
+        outcome = await committer.commit([unit], resume_offset=0, position=unit.offset + 1)
+        if outcome.rejected or len(outcome.snapshots) != 1:
+            raise AssertionError(f"upsert batch {n} did not commit: {outcome.rejected}")
+
+
+async def commit_equality_deletes(table: Table, files: Sequence[tuple[DataFile, DataFile]]) -> None:
+    """The Flink and Kafka Connect sinks' path: a row delta of data + equality deletes."""
+    for data, keys in files:
+        table = await row_delta(table, [data], [keys]).commit()
+
+
+def _duckdb_extension(name: str) -> str:
+    """The extension binary inside its PyPI wheel (``duckdb-extension-<name>``)."""
+    root = Path(str(resources.files(f"duckdb_extension_{name}")))
+    found = sorted(root.glob(f"extensions/*/{name}.duckdb_extension"))
+    if len(found) != 1:
+        raise ImportError(f"expected one {name} extension in its wheel, found {found}")
+    return str(found[0])
+
+
+def duckdb_reader() -> Callable[[str], pa.Table]:
+    """``read(metadata_location)``: the whole table through DuckDB's ``iceberg_scan``."""
+    import duckdb
+
+    con = duckdb.connect(
+        config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"}
+    )
+    for name in ("avro", "iceberg"):
+        con.execute(f"LOAD '{_duckdb_extension(name)}'")
+
+    def read(location: str) -> pa.Table:
+        query = "SELECT id, value, ord FROM iceberg_scan(?)"
+        result: pa.Table = con.execute(query, [location.removeprefix("file://")]).to_arrow_table()
+        return result
+
+    return read
+
+
+def pyiceberg_read(location: str) -> pa.Table:
+    """The whole table through PyIceberg, from its metadata file."""
+    from pyiceberg.table import StaticTable
+
+    result: pa.Table = StaticTable.from_metadata(location).scan().to_arrow()
+    return result
+
+
+def _checked(
+    read: Callable[[str], pa.Table], location: str, expected: pa.Table, *, full: bool
+) -> None:
+    """Read and fail unless the reader saw the fold: its row count, and with ``full`` its
+    ids, values and orders."""
+    got = read(location)
+    if got.num_rows != expected.num_rows:
+        raise AssertionError(
+            f"{location}: read {got.num_rows} rows, the fold of the batches has {expected.num_rows}"
+        )
+    if full:
+        got = got.select(["id", "value", "ord"]).sort_by("id").cast(expected.schema)
+        if not got.equals(expected):
+            raise AssertionError(f"{location}: the rows read are not the fold of the batches")
+
+
+class _Run:
+    """The tables of one timed run, in one file-system catalog under a temporary root."""
+
+    def __init__(self, runner: asyncio.Runner, version: int) -> None:
+        self.runner, self.version = runner, version
+        self.root = Path(tempfile.mkdtemp(prefix="icefloe-bench-upsert-"))
+        self.catalog = load_catalog(f"file://{self.root}/wh")
+        self.runner.run(self.catalog.create_namespace("db"))
+        self.created = 0
+
+    def table(self, name: str) -> Table:
+        self.created += 1
+        identifier = f"db.{name}_{self.created}"
+        return self.runner.run(
+            self.catalog.create_table(identifier, SCHEMA, format_version=self.version)
+        )
+
+    def load(self, table: Table) -> Table:
+        return self.runner.run(self.catalog.load_table(table.identifier))
+
+    def close(self) -> None:
+        self.runner.run(self.catalog.close())
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@benchmark("upsert")
+def upsert_benchmark(ctx: BenchContext) -> list[Figure]:
+    """Upserts: commit throughput beside equality deletes; reads after N upsert commits."""
+    commits = ctx.size("commits", full=200, quick=20)
+    batch = ctx.size("batch", full=2_000, quick=500)
+    keys = ctx.size("keys", full=100_000, quick=5_000)
+    version = ctx.size("format_version", full=3, quick=3)
+    batches = change_batches(commits, batch, keys)
+    expected = fold(batches)
+    work = sum(b.keys.num_rows for b in batches)
+    with asyncio.Runner() as runner:
+        run = _Run(runner, version)
+        try:
+            figures = _figures(ctx, run, batches, expected, work, commits)
+            figures.append(_big_table_figure(ctx, run, batch))
+            return figures
+        finally:
+            run.close()
+
+
+def _figures(
+    ctx: BenchContext,
+    run: _Run,
+    batches: Sequence[Batch],
+    expected: pa.Table,
+    work: int,
+    commits: int,
+) -> list[Figure]:
+    tables: dict[str, Table] = {}
+    files: dict[str, list[tuple[DataFile, DataFile]]] = {}
+
+    def setup(which: str, count: int) -> Callable[[], None]:
+        def make() -> None:
+            tables[which] = run.table(which)
+            files[which] = _batch_files(tables[which], batches[:count])
+
+        return make
+
+    def upserts() -> None:
+        committer = TableCommitter(run.catalog, tables["upsert"].identifier, SOURCE)
+        run.runner.run(commit_upserts(committer, tables["upsert"], files["upsert"]))
+
+    def equality() -> None:
+        run.runner.run(commit_equality_deletes(tables["equality"], files["equality"]))
+
+    warm = min(3, commits)
+
+    def warm_upserts() -> None:
+        setup("upsert", warm)()
+        upserts()
+
+    def warm_equality() -> None:
+        setup("equality", warm)()
+        equality()
+
+    timings = ctx.compare(
+        {"icefloe": upserts, EQUALITY: equality},
+        work=work,
+        setup={"icefloe": setup("upsert", commits), EQUALITY: setup("equality", commits)},
+        warmup={"icefloe": warm_upserts, EQUALITY: warm_equality},
+    )
+    figures = [
+        Figure(
+            f"upsert commits, {commits} batches",
+            "rows/s",
+            icefloe=timings["icefloe"],
+            peers={EQUALITY: timings[EQUALITY]},
+        )
+    ]
+    # The warm-up ran on a few batches; the setup before each timed run rebuilt the tables
+    # with every batch, so the last run's tables hold all of them.
+    upsert_table = run.load(tables["upsert"])
+    equality_table = run.load(tables["equality"])
+    appended = run.table("appended")
+    # Files as big as the upserts' data files, so only the deletes differ.
+    chunk = max(1, max(b.rows.num_rows for b in batches))
+    parts = [
+        _write(appended, expected.slice(start, chunk), SCHEMA, f"rows-{start:08d}")
+        for start in range(0, expected.num_rows, chunk)
+    ]
+    appended = run.runner.run(fast_append(appended, parts).commit())
+    locations = {
+        "icefloe": upsert_table.metadata_location,
+        APPEND_ONLY: appended.metadata_location,
+        EQUALITY: equality_table.metadata_location,
+    }
+    readers: dict[str, tuple[Callable[[str], pa.Table], tuple[str, ...]]] = {}
+    # DuckDB applies every equality delete to every older data file: its read grows with
+    # commits squared (77 s at 60 commits of 1,000 keys on a loaded 2-core machine), so past
+    # this many commits it is left out rather than running for most of an hour.
+    limit = ctx.size("equality_read_max_commits", full=60, quick=60)
+    duckdb_peers = (APPEND_ONLY, EQUALITY) if commits <= limit else (APPEND_ONLY,)
+    if commits > limit:
+        ctx.note(
+            f"DuckDB's read of the equality-delete table is left out past {limit} commits "
+            "(--set equality_read_max_commits=N to include it)"
+        )
+    try:
+        readers["DuckDB"] = (duckdb_reader(), duckdb_peers)
+    except ImportError as e:
+        ctx.note(f"DuckDB or its iceberg extension is not installed ({e}); its reads are missing")
+    try:
+        import pyiceberg  # noqa: F401
+
+        readers["PyIceberg"] = (pyiceberg_read, (APPEND_ONLY,))
+        ctx.note("PyIceberg refuses tables with equality deletes: its read has no such peer")
+    except ImportError as e:
+        ctx.note(f"PyIceberg is not installed ({e}); its reads are missing")
+    for reader, (read, peers) in readers.items():
+        names = ("icefloe", *peers)
+        reads = ctx.compare(
+            {n: _reading(read, locations[n], expected, full=False) for n in names},
+            work=1,
+            warmup={n: _reading(read, locations[n], expected, full=True) for n in names},
+        )
+        figures.append(
+            Figure(
+                f"{reader} read after {commits} upsert commits",
+                "ms/read",
+                icefloe=reads["icefloe"],
+                peers={p: reads[p] for p in peers},
+                kind=Kind.LATENCY,
+            )
+        )
+        slower = reads["icefloe"].best / reads[APPEND_ONLY].best
+        ctx.note(
+            f"{reader}: icefloe's table reads {slower:.2f}x the append-only time (target <= 1.2x)"
+        )
+    ctx.note(
+        f"{expected.num_rows} live rows after {commits} batches ({work} keys touched); "
+        "commit figures exclude writing the Parquet files (identical for both), include "
+        f"everything after; file-system catalog, format v{run.version}, one batch per commit"
+    )
+    return figures
+
+
+def _reading(
+    read: Callable[[str], pa.Table], location: str, expected: pa.Table, *, full: bool
+) -> Callable[[], None]:
+    return lambda: _checked(read, location, expected, full=full)
+
+
+def _big_table_figure(ctx: BenchContext, run: _Run, batch: int) -> Figure:
+    """One upsert batch committed on a table of ``big_rows`` rows, in steady state: the
+    committer's key index already holds the table (the cold first commit is a note)."""
+    rows = ctx.size("big_rows", full=1_000_000, quick=100_000)
+    parts = ctx.size("big_files", full=20, quick=4)
+    ids = pa.array(np.arange(rows, dtype=np.int64))
+    text = pc.binary_join_element_wise(pa.scalar("b"), pc.cast(ids, pa.string()), "")
+    base = pa.table({"id": ids, "value": text, "ord": pa.array(np.full(rows, -1, np.int64))})
+    step = -(-rows // parts)
+    tables: dict[str, Table] = {}
+    for which in ("upsert", "equality"):
+        table = run.table(f"big_{which}")
+        written = [
+            _write(table, base.slice(start, step), SCHEMA, f"base-{start:09d}")
+            for start in range(0, rows, step)
+        ]
+        tables[which] = run.runner.run(fast_append(table, written).commit())
+    # About half the batch's keys are in the table (updates, deletes), half are new.
+    one = change_batches(1, batch, 2 * rows)[0]
+    committer = TableCommitter(run.catalog, tables["upsert"].identifier, SOURCE)
+    staged: dict[str, list[tuple[DataFile, DataFile]]] = {}
+    done = {"upsert": 0, "equality": 0}
+
+    def setup(which: str) -> Callable[[], None]:
+        def make() -> None:
+            staged[which] = _batch_files(tables[which], [one], first=done[which])
+            done[which] += 1
+
+        return make
+
+    def upsert() -> None:
+        files = staged["upsert"]
+        run.runner.run(commit_upserts(committer, tables["upsert"], files, done["upsert"] - 1))
+
+    def equality() -> None:
+        table = tables["equality"]
+        data, keys = staged["equality"][0]
+        tables["equality"] = run.runner.run(row_delta(table, [data], [keys]).commit())
+
+    setup("upsert")()
+    start = time.perf_counter()
+    upsert()
+    cold = time.perf_counter() - start
+    timings = ctx.compare(
+        {"icefloe": upsert, EQUALITY: equality},
+        work=1,
+        setup={"icefloe": setup("upsert"), EQUALITY: setup("equality")},
+    )
+    ctx.note(
+        f"one batch of {one.keys.num_rows} keys on a {rows:,}-row table in {parts} files: the "
+        f"first upsert commit (key index built from the table) took {cold * 1000:,.0f} ms; "
+        "the figure is the steady state after it"
+    )
+    return Figure(
+        f"commit one upsert batch, {rows / 1e6:g}M-row table",
+        "ms/commit",
+        icefloe=timings["icefloe"],
+        peers={EQUALITY: timings[EQUALITY]},
+        kind=Kind.LATENCY,
+    )
