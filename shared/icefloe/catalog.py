@@ -27,7 +27,7 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.fileio import FileIO
-from icefloe.locations import resolve_table_path
+from icefloe.locations import location_key, resolve_table_path
 from icefloe.metadata import TableMetadata, parse_table_metadata
 from icefloe.snapshot import Snapshot
 
@@ -389,8 +389,6 @@ class MetastoreCatalog(Catalog):
         index = self._location_index()
         if index is None or location == previous:
             return
-        from icefloe.location_index import location_key
-
         try:
             await index.add(location_key(location), identifier)
             if previous is not None:

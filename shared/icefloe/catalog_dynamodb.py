@@ -511,6 +511,12 @@ class DynamoDbCatalog(MetastoreCatalog):
 
             await purge_table_files(table)
 
+    def _records(self) -> Any:
+        """Small records (idempotency answers, plan cancellations) as items of this table."""
+        from icefloe.catalog_records import DynamoDbRecords
+
+        return DynamoDbRecords(self)
+
     def _location_index(self) -> Any:
         from icefloe.location_index import DynamoDbLocations
 

@@ -187,13 +187,12 @@ class FileRecords(Records):
 
 def catalog_records(catalog: Catalog) -> Records:
     """The records store of ``catalog`` (see the module docstring)."""
-    from icefloe.catalog_dynamodb import DynamoDbCatalog
-    from icefloe.catalog_redis import RedisCatalog
-
-    if isinstance(catalog, RedisCatalog):
-        return RedisRecords(catalog.redis, catalog._tag)
-    if isinstance(catalog, DynamoDbCatalog):
-        return DynamoDbRecords(catalog)
+    # A metastore catalog names its own store (``_records``), so this module needs no
+    # import of the concrete catalogs (they import it).
+    own = getattr(catalog, "_records", None)
+    if own is not None:
+        records: Records = own()
+        return records
     warehouse = catalog.properties.get("warehouse")
     if not warehouse:
         raise ValidationError(

@@ -324,6 +324,12 @@ class RedisCatalog(MetastoreCatalog):
 
             await purge_table_files(table)
 
+    def _records(self) -> Any:
+        """Small records (idempotency answers, plan cancellations) in this Redis."""
+        from icefloe.catalog_records import RedisRecords
+
+        return RedisRecords(self.redis, self._tag)
+
     def _location_index(self) -> Any:
         from icefloe.location_index import RedisLocations
 

@@ -31,18 +31,13 @@ from typing import Any
 
 from icefloe.catalog import Catalog, Namespace, TableIdentifier
 from icefloe.errors import InvalidFileError, NotFoundError, ValidationError
-from icefloe.locations import normal_location
+from icefloe.locations import location_key
 
 log = logging.getLogger(__name__)
 
 _SEP = "\x1f"  # no normal location holds a control character
 _TOP = "\U0010ffff"
 _FILLED = "location-index-filled"
-
-
-def location_key(location: str) -> str:
-    """The normal form of ``location`` ending in ``/``: prefixes are then path prefixes."""
-    return str(normal_location(location)).rstrip("/") + "/"
 
 
 def _ancestors(key: str) -> list[str]:

@@ -249,3 +249,9 @@ def table_locations(table_location: str, properties: Mapping[str, str]) -> list[
             if resolved not in roots:
                 roots.append(resolved)
     return roots
+
+
+def location_key(location: str) -> str:
+    """The normal form of ``location`` ending in ``/``: prefixes are then path prefixes
+    (the key of :mod:`icefloe.location_index`)."""
+    return str(normal_location(location)).rstrip("/") + "/"
