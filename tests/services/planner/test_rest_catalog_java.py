@@ -259,10 +259,23 @@ def test_java_spark_writes_and_compacts_while_the_coordinator_commits(
         values = ", ".join(f"({i}, '{'abc'[i % 3]}')" for i in ids)
         java.sql(server.warehouse, f"INSERT INTO {cat}.{name} VALUES {values}")
 
+    def coordinator_snapshots() -> int:
+        metadata = server.run(server.catalog.load_table(name)).metadata
+        return sum("icefloe.commit-ids" in (s.summary or {}) for s in metadata.snapshots)
+
     with ThreadPoolExecutor(1) as pool:
         background = pool.submit(asyncio.run, coordinate())
         for start in range(0, 40, 10):
             insert(range(start, start + 10))
+            if start == 0:
+                # Interleave for sure: a coordinator commit lands after Spark's first commit
+                # and before its next (the coordinator may still be joining its group).
+                seen = coordinator_snapshots()
+                while coordinator_snapshots() == seen:
+                    if background.done():
+                        background.result()  # raises what stopped the coordinator
+                        raise AssertionError("the coordinator stopped before committing")
+                    time.sleep(0.1)
         java.sql(server.warehouse, f"DELETE FROM {cat}.{name} WHERE id < 15")
         java.sql(
             server.warehouse,
