@@ -82,7 +82,9 @@ async def _with_catalog(args: argparse.Namespace, fn: Callable[[Any], Awaitable[
 async def cmd_namespace(args: argparse.Namespace) -> int:
     async def run(catalog: Any) -> int:
         if args.ns_command == "create":
-            await catalog.create_namespace(args.namespace, _parse_props(args.property))
+            from icefloe.cli.table import parse_properties
+
+            await catalog.create_namespace(args.namespace, parse_properties(args.property))
         elif args.ns_command == "list":
             for ns in await catalog.list_namespaces(args.parent or ()):
                 print(".".join(ns))
@@ -93,16 +95,6 @@ async def cmd_namespace(args: argparse.Namespace) -> int:
         return 0
 
     return await _with_catalog(args, run)
-
-
-def _parse_props(pairs: Sequence[str] | None) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs or ():
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise IcefloeError(f"property {pair!r} must look like key=value")
-        out[key] = value
-    return out
 
 
 async def cmd_table(args: argparse.Namespace) -> int:
@@ -116,6 +108,7 @@ async def cmd_table(args: argparse.Namespace) -> int:
             expire_table,
             list_snapshots,
             set_table_identifier_fields,
+            table_properties,
         )
 
         if args.table_command == "create":
@@ -124,6 +117,8 @@ async def cmd_table(args: argparse.Namespace) -> int:
         elif args.table_command == "set-identifier-fields":
             table = await set_table_identifier_fields(catalog, args)
             print(table.metadata_location)
+        elif args.table_command == "properties":
+            _print_json(await table_properties(catalog, args.table, args.set, args.unset))
         elif args.table_command == "describe":
             _print_json(await describe_table(catalog, args.table))
         elif args.table_command == "snapshots":
@@ -219,8 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     table = sub.add_parser(
         "table",
-        help="create, set identifier fields, describe, list snapshots, expire, drop, health, "
-        "compact",
+        help="create, set properties or identifier fields, describe, list snapshots, expire, "
+        "drop, health, maintain, compact",
     )
     tsub = table.add_subparsers(dest="table_command", required=True)
     p = with_catalog(tsub.add_parser("create", help="create a table"))
@@ -253,6 +248,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("table", help="namespace.table")
     p.add_argument("columns", nargs="*", metavar="COLUMN", help="identifier columns, in order")
+    p = with_catalog(
+        tsub.add_parser(
+            "properties",
+            help="print a table's properties; with --set/--unset change them in one commit",
+        )
+    )
+    p.add_argument("table", help="namespace.table")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set this property (repeatable)",
+    )
+    p.add_argument(
+        "--unset",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="remove this property (repeatable)",
+    )
     p = with_catalog(tsub.add_parser("describe", help="print a table's metadata summary"))
     p.add_argument("table", help="namespace.table")
     p = with_catalog(tsub.add_parser("snapshots", help="list a table's snapshots, a line each"))

@@ -4,14 +4,17 @@
 and what its maintenance would do next, with the reason for each action, computed by the
 same policy code (:mod:`icefloe.maintenance_policy`). ``maintain`` runs that maintenance
 once, now. ``compact`` runs the Spark compaction (:mod:`icefloe.spark.compaction`) on a local
-Spark session (``--master``), committing through the coordinator configured by the
-``ICEFLOE_*`` environment (brokers, topics; the catalog comes from ``--catalog``).
+Spark session (``--master``), committing through the coordinator whose Kafka brokers
+``--brokers`` names (default ``$ICEFLOE_BROKERS``, the setting every Spark job reads); the
+topics and the connection's security come from the ``ICEFLOE_*`` environment as for any
+Spark job (:mod:`icefloe.spark.config`), the catalog from ``--catalog``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
@@ -25,6 +28,9 @@ from icefloe.maintenance_policy import (
 )
 from icefloe.runtime.logs import add_log_arguments
 from icefloe.table_health import table_health
+
+BROKERS_ENV = "ICEFLOE_BROKERS"
+"""Where ``--brokers`` defaults from: the coordinator's and every Spark job's setting."""
 
 DEFAULT_MIN_RETAIN_MS = 86_400_000
 """The coordinator's default retention window (``maintenance_min_retain_ms``)."""
@@ -57,6 +63,12 @@ def add_arguments(tsub: Any, with_catalog: Any) -> None:
         help="policy override, e.g. min_input_files=2 or target_file_size_bytes=134217728",
     )
     p.add_argument("--master", default="local[*]", help="Spark master")
+    p.add_argument(
+        "--brokers",
+        default=os.environ.get(BROKERS_ENV),
+        help=f"Kafka bootstrap servers of the coordinator that commits the rewrite "
+        f"(default: ${BROKERS_ENV}, now {os.environ.get(BROKERS_ENV) or 'unset'})",
+    )
     add_log_arguments(p)
 
 
@@ -128,7 +140,7 @@ def compact(catalog_uri: str, args: argparse.Namespace) -> dict[str, Any]:
             where=where,
             sort=args.sort,
             options=options,
-            config={"catalog": catalog_uri},
+            config={"catalog": catalog_uri, "brokers": args.brokers},
         )
         return result.to_json()
     finally:

@@ -1,17 +1,28 @@
-"""The ``icefloe table ...`` subcommands, kept apart from argument parsing in ``cli.py``."""
+"""The ``icefloe table ...`` subcommands, kept apart from argument parsing in ``main.py``.
+
+``icefloe table properties`` changes an existing table's properties the way a REST client
+does: one ``set-properties`` / ``remove-properties`` commit through
+:func:`icefloe.table_changes.commit_table_changes`, so the catalog's conditional swap (a
+concurrent coordinator commit is re-read, not overwritten) and the rules icefloe's REST
+catalog applies (the dedup ledger ``icefloe.dedup.ledger`` cannot be set or removed by
+hand) hold here too, from the same code.
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
 from typing import Any
 
-from icefloe.catalog import Catalog, Table
+from icefloe.catalog import Catalog, Table, TableIdentifier
 from icefloe.errors import ValidationError
 from icefloe.keyed_table import set_identifier_fields, with_identifier_fields
 from icefloe.maintenance import expire_snapshots
+from icefloe.metadata_updates import RemovePropertiesUpdate, SetPropertiesUpdate, TableUpdate
 from icefloe.partition import parse_partition_spec
 from icefloe.schema import Schema
+from icefloe.table_changes import TableCommit, commit_table_changes
 
 
 def _load_schema(text: str) -> Schema:
@@ -24,14 +35,22 @@ def _load_schema(text: str) -> Schema:
         raise ValidationError(f"--schema is not valid JSON: {e}") from None
 
 
+def parse_properties(pairs: Sequence[str] | None) -> dict[str, str]:
+    """``key=value`` arguments as a map; ValidationError naming one that is not."""
+    out: dict[str, str] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ValidationError(f"property {pair!r} must look like key=value")
+        out[key.strip()] = value
+    return out
+
+
 async def create_table(catalog: Catalog, args: argparse.Namespace) -> Table:
     schema = _load_schema(args.schema)
     if args.identifier_field:
         schema = with_identifier_fields(schema, args.identifier_field, args.format_version)
-    props: dict[str, str] = {}
-    for pair in args.property or ():
-        key, _, value = pair.partition("=")
-        props[key] = value
+    props = parse_properties(args.property)
     return await catalog.create_table(
         args.table,
         schema,
@@ -83,3 +102,34 @@ async def expire_table(catalog: Catalog, args: argparse.Namespace) -> dict[str, 
         "deleted-manifests": result.deleted_manifests,
         "deleted-manifest-lists": result.deleted_manifest_lists,
     }
+
+
+async def table_properties(
+    catalog: Catalog,
+    identifier: str,
+    set_pairs: Sequence[str] | None = None,
+    unset: Sequence[str] | None = None,
+) -> dict[str, str]:
+    """Set and remove properties of ``identifier`` in one commit; its properties after.
+
+    With nothing to set or remove it only reads them. A key both set and removed is
+    refused (as the REST catalog refuses it for namespaces): say what you mean once.
+    """
+    updates = parse_properties(set_pairs)
+    removals = tuple(dict.fromkeys(k.strip() for k in unset or ()))
+    if any(not k for k in removals):
+        raise ValidationError("--unset needs a property name")
+    both = sorted(set(updates) & set(removals))
+    if both:
+        raise ValidationError(f"properties {both} are both set and unset; name each key once")
+    if not updates and not removals:
+        table = await catalog.load_table(identifier)
+        return dict(table.metadata.properties)
+    changes: list[TableUpdate] = []
+    if updates:
+        changes.append(SetPropertiesUpdate(updates=updates))
+    if removals:
+        changes.append(RemovePropertiesUpdate(removals=removals))
+    commit = TableCommit(TableIdentifier.parse(identifier), (), tuple(changes))
+    [outcome] = await commit_table_changes(catalog, [commit])
+    return dict(outcome.table.metadata.properties)

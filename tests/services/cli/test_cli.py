@@ -203,3 +203,54 @@ def test_tables_are_created_keyed_and_their_identifier_fields_set_later(
     assert identifiers("db.plain") == ["id"]
     assert run(capsys, "table", "set-identifier-fields", "db.plain")[0] == 0
     assert identifiers("db.plain") == []
+
+
+def test_table_properties_are_listed_set_and_unset_in_one_commit(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from icefloe.commit_index import DEDUP_WINDOW_MS
+    from icefloe.dedup_ledger import LEDGER_PROPERTY
+
+    monkeypatch.setenv("ICEFLOE_CATALOG", f"file://{tmp_path}/wh")
+    assert run(capsys, "namespace", "create", "db")[0] == 0
+    code, _, err = run(capsys, "table", "create", "db.t", "--schema", SCHEMA, "-p", "a=1")
+    assert code == 0, err
+
+    def metadata_files() -> int:
+        return len(list(tmp_path.glob("wh/db/t/metadata/*.metadata.json")))
+
+    code, out, err = run(capsys, "table", "properties", "db.t")
+    assert code == 0, err
+    assert json.loads(out)["a"] == "1"
+    before = metadata_files()
+    code, out, err = run(
+        capsys,
+        "table",
+        "properties",
+        "db.t",
+        "--set",
+        "icefloe.maintenance.max-snapshots=20",
+        "--set",
+        f"{DEDUP_WINDOW_MS}=3600000",
+        "--unset",
+        "a",
+    )
+    assert code == 0, err
+    props = json.loads(out)
+    assert props["icefloe.maintenance.max-snapshots"] == "20"
+    assert props[DEDUP_WINDOW_MS] == "3600000" and "a" not in props
+    assert metadata_files() == before + 1  # one commit for all three changes
+    code, out, _ = run(capsys, "table", "describe", "db.t")
+    assert json.loads(out)["properties"] == props
+
+    # the REST catalog's rules, from the same code: the dedup ledger is not a user's to edit
+    for argv in (["--set", f"{LEDGER_PROPERTY}=[]"], ["--unset", LEDGER_PROPERTY]):
+        code, out, err = run(capsys, "table", "properties", "db.t", *argv)
+        assert code == 1 and out == "" and LEDGER_PROPERTY in err
+    code, _, err = run(capsys, "table", "properties", "db.t", "--set", "b=1", "--unset", "b")
+    assert code == 1 and "both set and unset" in err
+    code, _, err = run(capsys, "table", "properties", "db.t", "--set", "novalue")
+    assert code == 1 and "key=value" in err
+    code, _, err = run(capsys, "table", "properties", "db.missing", "--set", "b=1")
+    assert code == 1 and "db.missing" in err
+    assert metadata_files() == before + 1  # nothing refused was written

@@ -128,3 +128,16 @@ def test_the_coordinator_module_exits_1_on_bad_settings_and_2_on_bad_flags() -> 
     )
     assert usage.returncode == EXIT_USAGE
     assert "icefloe coordinator: error: argument --batch-max-files" in usage.stderr
+
+
+def test_table_compact_takes_its_brokers_from_a_flag_defaulting_to_the_setting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ICEFLOE_BROKERS", "kafka-a:9092")
+    assert build_parser().parse_args(["table", "compact", "ns.t"]).brokers == "kafka-a:9092"
+    given = build_parser().parse_args(["table", "compact", "ns.t", "--brokers", "b:1"])
+    assert given.brokers == "b:1"
+    with pytest.raises(SystemExit):
+        main(["table", "compact", "--help"])
+    out = capsys.readouterr().out
+    assert "--brokers" in out and "ICEFLOE_BROKERS" in out and "kafka-a:9092" in out
