@@ -13,12 +13,12 @@ Spark job (:mod:`icefloe.spark.config`), the catalog from ``--catalog``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from typing import Any
 
 from icefloe.catalog import Catalog
+from icefloe.cli.scan import filter_argument
 from icefloe.errors import ValidationError
 from icefloe.maintenance_policy import (
     MaintenancePolicy,
@@ -53,7 +53,11 @@ def add_arguments(tsub: Any, with_catalog: Any) -> None:
     add_log_arguments(p)  # maintain runs for a while: it logs as it goes
     p = with_catalog(tsub.add_parser("compact", help="compact small files with Spark"))
     p.add_argument("table", help="namespace.table")
-    p.add_argument("--where", help="limit to rows matching this filter (expression JSON)")
+    p.add_argument(
+        "--where",
+        help="compact only files that may hold rows matching this filter, as in icefloe scan "
+        "--where (\"day >= '2024-01-01' and vendor_id in (1, 2)\", expression JSON or @file)",
+    )
     p.add_argument("--sort", action="store_true", help="sort rows by the table's sort order")
     p.add_argument(
         "--option",
@@ -113,12 +117,7 @@ def _options(pairs: list[str]) -> dict[str, Any]:
 def compact(catalog_uri: str, args: argparse.Namespace) -> dict[str, Any]:
     """Run a compaction on a local Spark session; the result as JSON."""
     options = _options(args.option)
-    where = None
-    if args.where:
-        try:
-            where = json.loads(args.where)
-        except json.JSONDecodeError as e:
-            raise ValidationError(f"--where is not JSON: {e}") from None
+    where = filter_argument(args.where)
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 

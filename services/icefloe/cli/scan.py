@@ -28,6 +28,8 @@ from icefloe.deletion_vector import read_deletion_vector
 from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
 from icefloe.evaluators import compile_row_filter
 from icefloe.expression_json import expression_to_json, parse_expression
+from icefloe.expressions import BooleanExpression
+from icefloe.expressions.parser import parse_filter
 from icefloe.manifest_cache import ManifestCache
 from icefloe.parquet import read_data_file
 from icefloe.row_lineage import LINEAGE_NAMES, with_lineage_fields, with_row_lineage
@@ -39,7 +41,13 @@ from icefloe.types import NestedType, PrimitiveType, StructType
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("table", help="namespace.table")
     parser.add_argument("--catalog", help="catalog URI (default: $ICEFLOE_CATALOG)")
-    parser.add_argument("--filter", help="row filter as expression JSON, or @file")
+    parser.add_argument(
+        "--filter",
+        "--where",
+        dest="filter",
+        help="row filter, as written in PyIceberg: \"ts >= '2024-01-01T00:00:00' and id in "
+        "(1, 2)\" (or expression JSON, starting with '{'; or @file holding either)",
+    )
     when = parser.add_mutually_exclusive_group()
     when.add_argument("--snapshot", type=int, help="snapshot id (default: current)")
     when.add_argument("--ref", help="branch or tag name")
@@ -69,13 +77,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--limit", type=int, help="stop after this many tasks or rows")
 
 
-def _filter_argument(text: str | None) -> Any:
+def filter_argument(text: str | None) -> BooleanExpression | None:
+    """A filter as a command line takes it: the filter syntax
+    (:func:`icefloe.expressions.parser.parse_filter`), or expression JSON when it starts with
+    ``{``; ``@path`` reads either from a file."""
     if text is None:
         return None
     if text.startswith("@"):
         with open(text[1:], encoding="utf-8") as f:
             text = f.read()
-    return parse_expression(text)
+    if text.lstrip().startswith("{"):
+        return parse_expression(text)
+    return parse_filter(text)
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -115,7 +128,7 @@ async def scan(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
         as_of_ms=args.as_of_ms,
         start_snapshot_id=args.since,
         end_snapshot_id=end,
-        row_filter=_filter_argument(args.filter),
+        row_filter=filter_argument(args.filter),
         case_sensitive=not args.case_insensitive,
         select=_names(args.select),
         use_snapshot_schema=args.use_snapshot_schema,
@@ -274,4 +287,4 @@ def _apply_equality(
             keep[i] = False
 
 
-__all__ = ["add_arguments", "rows_as_tuples", "run", "scan", "task_rows"]
+__all__ = ["add_arguments", "filter_argument", "rows_as_tuples", "run", "scan", "task_rows"]

@@ -21,7 +21,9 @@ The package is laid out one concept per module, in dependency order:
 :mod:`~icefloe.expressions.literals` (constants), :mod:`~icefloe.expressions.terms` (columns and
 transforms of columns), :mod:`~icefloe.expressions.boolean` (the expression base class,
 constants and connectives), :mod:`~icefloe.expressions.predicates` (the leaves) and
-:mod:`~icefloe.expressions.visitors` (walks over a tree). Import from ``icefloe.expressions``:
+:mod:`~icefloe.expressions.visitors` (walks over a tree), and
+:mod:`~icefloe.expressions.parser` (the filter syntax people write, PyIceberg's: ``a >= 1 and
+b in ('x', 'y')``). Import from ``icefloe.expressions``:
 it re-exports the public names of all of them.
 """
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 from icefloe.expressions.boolean import AlwaysFalse, AlwaysTrue, And, BooleanExpression, Not, Or
 from icefloe.expressions.literals import Literal
 from icefloe.expressions.operations import Operation
+from icefloe.expressions.parser import FilterSyntaxError, format_filter, parse_filter
 from icefloe.expressions.predicates import (
     BoundLiteralPredicate,
     BoundPredicate,
@@ -91,6 +94,7 @@ __all__ = [
     "BoundTransform",
     "BoundUnaryPredicate",
     "EqualTo",
+    "FilterSyntaxError",
     "GreaterThan",
     "GreaterThanOrEqual",
     "IdReference",
@@ -120,7 +124,9 @@ __all__ = [
     "UnboundTerm",
     "bound_predicates",
     "flatten",
+    "format_filter",
     "is_bound",
+    "parse_filter",
     "predicate",
     "rewrite_not",
     "visit",

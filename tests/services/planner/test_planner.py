@@ -1064,6 +1064,11 @@ def test_scan_prints_tasks_and_rows_with_deletes_applied(
         == 0
     )
     assert all(set(json.loads(line)) == {"id"} for line in capsys.readouterr().out.splitlines())
+    # the filter as people write it selects the same rows as its JSON form
+    for written in ("id < 30", "30 > id and not id is null", "id between 0 and 29"):
+        assert main(["scan", "db.events", "--catalog", uri, "--where", written, "--rows"]) == 0
+        again = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        assert sorted(r["id"] for r in again) == sorted(r["id"] for r in rows), written
     first = str(world.snapshots[0])
     assert main(["scan", "db.events", "--catalog", uri, "--snapshot", first, "--rows"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 60
@@ -1081,6 +1086,9 @@ def test_scan_reports_bad_input_in_one_line(
     bad = json.dumps({"type": "eq", "term": "nope", "value": 1})
     assert main(["scan", "db.events", "--catalog", uri, "--filter", bad]) == 1
     assert "no column 'nope'" in capsys.readouterr().err
+    assert main(["scan", "db.events", "--catalog", uri, "--where", "id < 30 and"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("icefloe: error: filter: expected") and "position 11" in err
     assert main(["scan", "db.missing", "--catalog", uri]) == 1
     assert "does not exist" in capsys.readouterr().err
     assert main(["scan", "db.events", "--catalog", uri, "--until", "5"]) == 1
