@@ -56,12 +56,16 @@ def retained_snapshots(
     now_ms: int,
     older_than_ms: int | None = None,
     retain_last: int | None = None,
+    dedup_window: bool = True,
 ) -> tuple[set[int], list[str]]:
     """The snapshot ids the retention policy keeps, and the refs it removes.
 
     ``older_than_ms`` (an absolute timestamp) and ``retain_last`` override the table-level
     defaults, not a ref's own settings. Snapshots on no ref are kept while younger than the
     age limit, as Java does, so an in-flight commit's parent is never pulled away.
+    ``dedup_window=False`` leaves out the snapshots only the dedup window keeps (to tell
+    what holds a snapshot back, :func:`icefloe.maintenance_policy.expiry_retention`; expiry
+    itself always keeps them).
     """
     table_max_age = metadata.int_property(MAX_SNAPSHOT_AGE_MS, MAX_SNAPSHOT_AGE_MS_DEFAULT)
     default_cutoff = older_than_ms if older_than_ms is not None else now_ms - table_max_age
@@ -104,7 +108,8 @@ def retained_snapshots(
             retained.add(ancestor.snapshot_id)
 
     # icefloe's exactly-once window: commit ids younger than it must stay in the table.
-    retained |= snapshots_in_window(metadata, now_ms, dedup_window_ms(metadata.properties))
+    if dedup_window:
+        retained |= snapshots_in_window(metadata, now_ms, dedup_window_ms(metadata.properties))
 
     on_a_ref: set[int] = set()
     for name, ref in metadata.refs.items():

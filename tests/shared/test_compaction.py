@@ -6,6 +6,7 @@ from manifests, so sizes and counts are set directly.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -29,10 +30,12 @@ from icefloe.errors import ValidationError
 from icefloe.expressions import EqualTo
 from icefloe.fileio import LocalFileIO
 from icefloe.maintenance_policy import (
+    ORPHANS_LAST_RUN_MS,
     Action,
     MaintenancePolicy,
     decide,
     expiry_bounds,
+    expiry_retention,
     run_maintenance,
 )
 from icefloe.metadata import TableMetadata
@@ -297,6 +300,45 @@ async def test_expiry_by_count_never_enters_the_retention_window(
     assert report.health is not None and report.health.snapshots == 2
 
 
+async def test_health_says_which_of_the_three_limits_holds_each_snapshot_back(
+    catalog: FileSystemCatalog,
+) -> None:
+    from icefloe.commit_index import DEDUP_WINDOW_MS, SUMMARY_COMMIT_IDS
+
+    table = await new_table(catalog, **{"icefloe.maintenance.max-snapshots": "2"})
+    for i in range(5):
+        # the first three were committed by the coordinator: they record commit ids
+        props = {SUMMARY_COMMIT_IDS: json.dumps([f"c{i}"])} if i < 3 else {}
+        table = await fast_append(table, [df(table, f"s{i}")], snapshot_properties=props).commit(
+            QUICK
+        )
+    policy = MaintenancePolicy.for_table(table.metadata)
+    later = int(time.time() * 1000) + 2 * 3_600_000
+    # the count limit keeps two; the 3-hour floor holds the other three
+    held = expiry_retention(table.metadata, policy, now_ms=later, min_retain_ms=3 * 3_600_000)
+    assert (held.kept_by_policy, held.held_by_min_retain, held.held_by_dedup_window) == (2, 3, 0)
+    assert held.expirable == 0 and "ICEFLOE_MAINTENANCE_MIN_RETAIN_MS" in held.held()[0]
+    # a one-minute floor: the three that record commit ids are held by the dedup window
+    held = expiry_retention(table.metadata, policy, now_ms=later, min_retain_ms=60_000)
+    assert (held.kept_by_policy, held.held_by_min_retain, held.held_by_dedup_window) == (2, 0, 3)
+    assert held.expirable == 0 and DEDUP_WINDOW_MS in held.held()[0]
+    health = await table_health(table)
+    planned = decide(table.metadata, health, None, policy, now_ms=later, min_retain_ms=60_000)
+    assert Action.EXPIRE_SNAPSHOTS not in {a.action for a in planned}
+    # a table whose window is an hour: nothing holds them, expiry goes down to the count
+    short = table.metadata.model_copy(
+        update={"properties": {**table.metadata.properties, DEDUP_WINDOW_MS: "3600000"}}
+    )
+    held = expiry_retention(short, policy, now_ms=later, min_retain_ms=60_000)
+    assert (held.expirable, held.held_by_dedup_window, held.dedup_window_ms) == (3, 0, 3_600_000)
+    actions = decide(short, health, None, policy, now_ms=later, min_retain_ms=60_000)
+    assert next(a.reason for a in actions if a.action == Action.EXPIRE_SNAPSHOTS).startswith(
+        "3 of 5 snapshot(s) are past retention"
+    )
+    json_form = held.to_json()
+    assert json_form["limits"][DEDUP_WINDOW_MS] == 3_600_000 and json_form["held"] == []
+
+
 async def test_maintenance_rewrites_manifests_and_removes_only_old_orphans(
     catalog: FileSystemCatalog, tmp_path: Path
 ) -> None:
@@ -305,6 +347,7 @@ async def test_maintenance_rewrites_manifests_and_removes_only_old_orphans(
         **{
             "icefloe.maintenance.rewrite-manifests.min-count": "3",
             "icefloe.maintenance.orphan-older-than-ms": "1000",
+            "icefloe.maintenance.remove-orphans.interval-ms": "60000",
         },
     )
     for i in range(4):
@@ -323,6 +366,13 @@ async def test_maintenance_rewrites_manifests_and_removes_only_old_orphans(
     )
     assert old.errors == [] and old.removed_orphans == 1 and not orphan.exists()
     assert old.expired_snapshots == 0  # inside the retention window
+    # each run is recorded in the table, so the next one waits out the interval, whoever runs it
+    final = await catalog.load_table("db.t")
+    assert final.metadata.properties[ORPHANS_LAST_RUN_MS] == str(now + 60_000)
+    soon = await run_maintenance(final, min_retain_ms=0, now_ms=now + 119_999)
+    assert Action.REMOVE_ORPHANS not in {p.action for p in soon.planned}
+    due = await run_maintenance(final, min_retain_ms=0, now_ms=now + 120_000)
+    assert Action.REMOVE_ORPHANS in {p.action for p in due.planned} and due.errors == []
     # every file still referenced is still there
     final = await catalog.load_table("db.t")
     from icefloe.maintenance import reachable_files

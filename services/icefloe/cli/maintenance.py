@@ -1,7 +1,9 @@
 """``icefloe table health``, ``icefloe table maintain`` and ``icefloe table compact``.
 
-``health`` prints the figures the coordinator exports per table (:mod:`icefloe.table_health`)
-and what its maintenance would do next, with the reason for each action, computed by the
+``health`` prints the figures the coordinator exports per table (:mod:`icefloe.table_health`),
+what its maintenance would do next, with the reason for each action, and what holds snapshot
+expiry back (``expiry``: how many snapshots the table's own limits keep, and how many the
+``--min-retain-ms`` floor and the table's dedup window hold beyond them), computed by the
 same policy code (:mod:`icefloe.maintenance_policy`). ``maintain`` runs that maintenance
 once, now. ``compact`` runs the Spark compaction (:mod:`icefloe.spark.compaction`) on a local
 Spark session (``--master``), committing through the coordinator whose Kafka brokers
@@ -19,11 +21,13 @@ from typing import Any
 
 from icefloe.catalog import Catalog
 from icefloe.cli.scan import filter_argument
+from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.errors import ValidationError
 from icefloe.maintenance_policy import (
     MaintenancePolicy,
     compaction_candidates,
     decide,
+    expiry_retention,
     run_maintenance,
 )
 from icefloe.runtime.logs import add_log_arguments
@@ -32,8 +36,16 @@ from icefloe.table_health import table_health
 BROKERS_ENV = "ICEFLOE_BROKERS"
 """Where ``--brokers`` defaults from: the coordinator's and every Spark job's setting."""
 
-DEFAULT_MIN_RETAIN_MS = 86_400_000
-"""The coordinator's default retention window (``maintenance_min_retain_ms``)."""
+MIN_RETAIN_ENV = "ICEFLOE_MAINTENANCE_MIN_RETAIN_MS"
+
+
+def default_min_retain_ms() -> str:
+    """``--min-retain-ms`` by default: the coordinator's floor, as its environment sets it
+    (``ICEFLOE_MAINTENANCE_MIN_RETAIN_MS``) or its default, so that ``health`` says what the
+    coordinator's runner would do. A string: argparse converts it (and names a bad one)
+    only when the subcommand is used."""
+    default = CoordinatorConfig.model_fields["maintenance_min_retain_ms"].default
+    return os.environ.get(MIN_RETAIN_ENV, str(default))
 
 
 def add_arguments(tsub: Any, with_catalog: Any) -> None:
@@ -47,8 +59,9 @@ def add_arguments(tsub: Any, with_catalog: Any) -> None:
         p.add_argument(
             "--min-retain-ms",
             type=int,
-            default=DEFAULT_MIN_RETAIN_MS,
-            help="expiry keeps every snapshot younger than this (the coordinator's dedup window)",
+            default=default_min_retain_ms(),
+            help=f"expiry keeps every snapshot younger than this: the coordinator's floor "
+            f"(default: ${MIN_RETAIN_ENV}, else the coordinator's; now %(default)s)",
         )
     add_log_arguments(p)  # maintain runs for a while: it logs as it goes
     p = with_catalog(tsub.add_parser("compact", help="compact small files with Spark"))
@@ -83,7 +96,12 @@ async def health(catalog: Catalog, identifier: str, min_retain_ms: int) -> dict[
     plan = await compaction_candidates(table)
     policy = MaintenancePolicy.for_table(table.metadata)
     actions = decide(table.metadata, figures, plan, policy, now_ms=now, min_retain_ms=min_retain_ms)
-    out: dict[str, Any] = {"health": figures.to_json(), "next": [a.to_json() for a in actions]}
+    retention = expiry_retention(table.metadata, policy, now_ms=now, min_retain_ms=min_retain_ms)
+    out: dict[str, Any] = {
+        "health": figures.to_json(),
+        "next": [a.to_json() for a in actions],
+        "expiry": retention.to_json(),
+    }
     if plan is None:
         out["compaction"] = "not supported for this table (format v3)"
     return out

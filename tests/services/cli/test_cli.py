@@ -254,3 +254,59 @@ def test_table_properties_are_listed_set_and_unset_in_one_commit(
     code, _, err = run(capsys, "table", "properties", "db.missing", "--set", "b=1")
     assert code == 1 and "db.missing" in err
     assert metadata_files() == before + 1  # nothing refused was written
+
+
+def test_health_shows_what_holds_expiry_back_and_orphan_removal_only_when_due(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from icefloe.maintenance_policy import ORPHANS_LAST_RUN_MS
+
+    uri = f"file://{tmp_path}/wh"
+    monkeypatch.setenv("ICEFLOE_CATALOG", uri)
+    assert run(capsys, "namespace", "create", "db")[0] == 0
+    assert run(capsys, "table", "create", "db.t", "--schema", SCHEMA)[0] == 0
+
+    async def append() -> None:
+        catalog = load_catalog(uri)
+        table = await catalog.load_table("db.t")
+        f = DataFile(f"{table.location}/data/f.parquet", "parquet", (), 10, 100)
+        await fast_append(table, [f]).commit()
+        await catalog.close()
+
+    asyncio.run(append())
+
+    def health(*flags: str) -> dict[str, object]:
+        code, out, err = run(capsys, "table", "health", "db.t", *flags)
+        assert code == 0, err
+        result: dict[str, object] = json.loads(out)
+        return result
+
+    def next_actions(report: dict[str, object]) -> set[str]:
+        return {a["action"] for a in report["next"]}  # type: ignore[attr-defined, index]
+
+    before = health()
+    expiry = before["expiry"]
+    assert isinstance(expiry, dict)
+    assert expiry["snapshots"] == 1 and expiry["kept-by-policy"] == 1
+    assert expiry["limits"]["min-retain-ms"] == 86_400_000  # the coordinator's default floor
+    monkeypatch.setenv("ICEFLOE_MAINTENANCE_MIN_RETAIN_MS", "5000")
+    assert health()["expiry"]["limits"]["min-retain-ms"] == 5000  # type: ignore[index]
+    assert "remove-orphan-files" in next_actions(before)
+
+    code, out, err = run(capsys, "table", "maintain", "db.t")
+    assert code == 0, err
+    assert json.loads(out)["errors"] == []
+    code, out, _ = run(capsys, "table", "properties", "db.t")
+    assert ORPHANS_LAST_RUN_MS in json.loads(out)  # recorded in the table: survives restarts
+    assert "remove-orphan-files" not in next_actions(health())  # not due again for a day
+    # a shorter interval makes it due again, as the runner would see it
+    code, _, err = run(
+        capsys,
+        "table",
+        "properties",
+        "db.t",
+        "--set",
+        "icefloe.maintenance.remove-orphans.interval-ms=1",
+    )
+    assert code == 0, err
+    assert "remove-orphan-files" in next_actions(health())
