@@ -240,12 +240,31 @@ def ledger_after(
 
 
 def ledger_properties(
-    metadata: TableMetadata, index: CommitIndex, snapshot: Snapshot, commit_ids: Sequence[str]
+    metadata: TableMetadata,
+    index: CommitIndex,
+    snapshot: Snapshot,
+    commit_ids: Sequence[str],
+    default_window_ms: int = DEDUP_WINDOW_MS_DEFAULT,
 ) -> dict[str, str]:
-    """The table properties that carry the ledger forward in the commit of ``snapshot``
-    (an unreadable ``icefloe.dedup.window-ms`` counts as the default window)."""
-    try:
-        window = dedup_window_ms(metadata.properties)
-    except ValidationError:
-        window = DEDUP_WINDOW_MS_DEFAULT
-    return {LEDGER_PROPERTY: ledger_after(metadata, index, snapshot, commit_ids, window)}
+    """The table properties the commit of ``snapshot`` writes to keep its commit ids: the
+    ledger carried forward and, on a table that sets no ``icefloe.dedup.window-ms``, that
+    property set to ``default_window_ms`` (the coordinator's ``ICEFLOE_DEDUP_WINDOW_MS``).
+
+    Why the window is written into the table: every party that removes snapshots must agree
+    on it (the coordinator's ledger, maintenance and the CLI's expiry, the REST catalog's
+    ``remove-snapshots`` check), and the table is the one thing they all read; a default
+    known to one process only would let another expire what the coordinator counts on. The
+    first commit that records commit ids is the first that needs it. An unreadable value
+    counts as ``default_window_ms`` here (and is refused where snapshots are removed).
+    """
+    out: dict[str, str] = {}
+    if DEDUP_WINDOW_MS not in metadata.properties:
+        window = default_window_ms
+        out[DEDUP_WINDOW_MS] = str(window)
+    else:
+        try:
+            window = dedup_window_ms(metadata.properties)
+        except ValidationError:
+            window = default_window_ms
+    out[LEDGER_PROPERTY] = ledger_after(metadata, index, snapshot, commit_ids, window)
+    return out

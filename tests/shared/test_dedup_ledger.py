@@ -205,3 +205,27 @@ def test_a_reader_that_skips_versions_knows_every_commit_of_the_window(
         if ts >= last_ts - 2 * DAY:
             assert fresh.get(commit_id) == sid and reader.get(commit_id) == sid
     assert fresh.get("never-applied") is None and reader.get("never-applied") is None
+
+
+def test_a_table_without_a_window_gets_the_coordinators_written_into_it() -> None:
+    """The window every party keeps is the table's: the first commit writes the coordinator's
+    default there, and after that the table's value is the one used, whatever the default."""
+    table = Table()
+    table.metadata = MetadataBuilder(table.metadata).remove_properties([DEDUP_WINDOW_MS]).build()
+    snapshot = Snapshot(
+        snapshot_id=1,
+        parent_snapshot_id=None,
+        sequence_number=1,
+        timestamp_ms=NOW,
+        manifest_list="/warehouse/db/t/metadata/snap-1.avro",
+        summary=Summary(Operation.APPEND, {SUMMARY_COMMIT_IDS: json.dumps(["a"])}),
+    )
+    table.index.update(table.metadata)
+    written = ledger_properties(table.metadata, table.index, snapshot, ["a"], 30 * DAY)
+    assert written[DEDUP_WINDOW_MS] == str(30 * DAY) and LEDGER_PROPERTY in written
+    # a table that sets its own window keeps it: nothing but the ledger is written
+    own = Table(window_ms=DAY)
+    own.index.update(own.metadata)
+    assert set(ledger_properties(own.metadata, own.index, snapshot, ["a"], 30 * DAY)) == {
+        LEDGER_PROPERTY
+    }

@@ -78,8 +78,8 @@ from typing import Any
 from icefloe.binding import bind
 from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
 from icefloe.commit import CommitStats, RetryPolicy
+from icefloe.commit_index import DEDUP_WINDOW_MS_DEFAULT, CommitIndex, ledger_properties
 from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
-from icefloe.commit_index import CommitIndex, ledger_properties
 from icefloe.commit_index import summary_commit_ids as summary_commit_ids
 from icefloe.coordinator.batcher import Unit
 from icefloe.coordinator.upsert import (
@@ -576,8 +576,10 @@ class TableCommitter:
         reader: ManifestReader | None = None,
         retry_policy: RetryPolicy | None = None,
         open_key_index: KeyIndexOpener | None = None,
+        dedup_window_ms: int = DEDUP_WINDOW_MS_DEFAULT,
     ) -> None:
         self.catalog = catalog
+        self.dedup_window_ms = dedup_window_ms  # recorded on tables that set no window
         self.identifier = TableIdentifier.parse(identifier)
         self.source = source
         self.check_files = check_files
@@ -1343,4 +1345,6 @@ class _UnitsProducer(SnapshotProducer):
         # The dedup ledger: this snapshot's commit ids, carried forward with the table so
         # that they outlive the snapshot (icefloe.dedup_ledger).
         ids = [u.commit_id for u in self.units]
-        return ledger_properties(base, self.committer.index, snapshot, ids)
+        return ledger_properties(
+            base, self.committer.index, snapshot, ids, self.committer.dedup_window_ms
+        )

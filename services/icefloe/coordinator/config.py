@@ -96,8 +96,10 @@ class CoordinatorConfig(BaseSettings, KafkaSettings):
         DEDUP_WINDOW_MS_DEFAULT,
         ge=0,
         description=(
-            "how far back a retried commit id is recognised (default 7 days; table property "
-            "icefloe.dedup.window-ms overrides it; snapshot expiry keeps this much history)"
+            "how far back a retried commit id is recognised, for tables that set none: "
+            "written into a table's icefloe.dedup.window-ms by the first commit to it, so that "
+            "maintenance, the CLI and the REST catalog keep the same window (the table's own "
+            "value wins; change it there)"
         ),
     )
 

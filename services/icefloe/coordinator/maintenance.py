@@ -1,12 +1,21 @@
 """Maintenance the coordinator runs by itself, per table, by each table's policy.
 
 Every coordinator replica runs one :class:`MaintenanceRunner`. It maintains exactly the
-tables the replica owns: those of the Kafka partitions assigned to it that it has seen
-events for (``owned``, a callable the coordinator provides), so a table is maintained by one
-replica at a time, and by the next owner after a rebalance. Tables are visited one at a
-time; each is due every ``interval_s``, the first visit half to one interval (at random)
-after the replica first sees the table, so that a start-up or a rebalance does not set
-every table off at once.
+tables the replica owns, so a table is maintained by one replica at a time, and by the next
+owner after a rebalance. A replica owns the tables of the Kafka partitions assigned to it:
+those it has seen events for (``owned``, a callable the coordinator provides), and every
+table of the catalog whose events *would* go to one of those partitions, had it any
+(:func:`partition_of`: the writers' own key, :func:`icefloe.events.event_key`, through the
+producers' default partitioner, murmur2 as in Kafka's Java client). Without the second, a
+table that received no event since the replica started (a quiet table, a table written
+before the coordinator came up, a table whose writers stopped) would never be maintained.
+The catalog's tables are listed at most once per ``interval_s``. A table whose events a
+custom partitioner sends elsewhere may be visited by two replicas; each visit is its own
+conditional commit, so that costs work, never correctness.
+
+Tables are visited one at a time; each is due every ``interval_s``, the first visit half to
+one interval (at random) after the replica first sees the table, so that a start-up or a
+rebalance does not set every table off at once.
 
 A visit (:func:`icefloe.maintenance_policy.run_maintenance`) computes the table's health,
 decides what its policy asks for (expire snapshots by age and count, remove orphan files
@@ -43,14 +52,15 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import DefaultPartitioner
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from icefloe.catalog import Catalog
+from icefloe.catalog import Catalog, Namespace
 from icefloe.errors import NotFoundError
 from icefloe.events import event_key
 from icefloe.maintenance_policy import Action, MaintenanceReport, run_maintenance
@@ -210,8 +220,41 @@ def candidates_message(report: MaintenanceReport) -> dict[str, Any] | None:
     }
 
 
+_PARTITIONER = DefaultPartitioner()
+
+
+def partition_of(table: str, partitions: int) -> int:
+    """The partition of a ``partitions``-partition events topic that ``table``'s events go
+    to: the writers' key through the producers' default partitioner."""
+    every = list(range(partitions))
+    partition: int = _PARTITIONER(event_key(table), every, every)
+    return partition
+
+
+async def catalog_tables(catalog: Catalog) -> list[str]:
+    """Every table of the catalog, namespaces walked from the root."""
+    out: list[str] = []
+    pending: list[Namespace] = [()]
+    seen: set[Namespace] = set()
+    while pending:
+        namespace = pending.pop()
+        if namespace in seen:
+            continue
+        seen.add(namespace)
+        children = await catalog.list_namespaces(namespace)
+        pending.extend(c for c in children if c not in seen)
+        if namespace:
+            out.extend(str(t) for t in await catalog.list_tables(namespace))
+    return sorted(out)
+
+
 class MaintenanceRunner:
-    """Visits the owned tables in turn; see the module docs."""
+    """Visits the owned tables in turn; see the module docs.
+
+    ``assigned`` (the events topic's partitions assigned here) and ``partition_count`` (how
+    many it has) let the runner own the catalog's tables that have had no event here; without
+    them it maintains only the tables ``owned`` names.
+    """
 
     def __init__(
         self,
@@ -222,6 +265,8 @@ class MaintenanceRunner:
         *,
         publish: Publish | None = None,
         reader: ManifestReader | None = None,
+        assigned: Callable[[], Collection[int]] | None = None,
+        partition_count: Callable[[], int] | None = None,
     ) -> None:
         self.catalog = catalog
         self.settings = settings
@@ -229,6 +274,11 @@ class MaintenanceRunner:
         self.owned = owned
         self.publish = publish
         self.reader = reader
+        self.assigned = assigned
+        self.partition_count = partition_count
+        self.listed: list[str] = []  # the catalog's tables, as last listed
+        self._listed_at: float | None = None
+        self._listing = asyncio.Lock()
         self.next_due: dict[str, float] = {}
         self.last_orphan_run_ms: dict[str, int] = {}
         self.reports: dict[str, MaintenanceReport] = {}
@@ -255,9 +305,44 @@ class MaintenanceRunner:
                 log.exception("maintenance tick failed")
             await asyncio.sleep(min(_TICK_S, self.settings.interval_s))
 
+    async def _list_catalog(self) -> None:
+        """Refresh :attr:`listed`, at most once per interval; a failure keeps the last list."""
+        async with self._listing:  # one listing at a time; a caller meanwhile waits for it
+            started = time.monotonic()
+            if self._listed_at is not None and started - self._listed_at < self.settings.interval_s:
+                return
+            try:
+                self.listed = await catalog_tables(self.catalog)
+            except Exception as e:
+                log.warning("maintenance could not list the catalog's tables: %s", e)
+            self._listed_at = started
+
+    def owns(self, table: str) -> bool:
+        """Whether this replica owns ``table`` now (see the module docs)."""
+        if table in set(self.owned()):
+            return True
+        if self.assigned is None or self.partition_count is None:
+            return False
+        count = self.partition_count()
+        return count > 0 and partition_of(table, count) in set(self.assigned())
+
+    async def owned_tables(self) -> set[str]:
+        """The tables this replica maintains now: those it has seen events for, and the
+        catalog's tables that map to its partitions."""
+        owned = set(self.owned())
+        if self.assigned is None or self.partition_count is None:
+            return owned
+        count = self.partition_count()
+        partitions = set(self.assigned())
+        if count <= 0 or not partitions:
+            return owned
+        await self._list_catalog()
+        owned.update(t for t in self.listed if partition_of(t, count) in partitions)
+        return owned
+
     async def tick(self) -> None:
         """Visit every owned table that is due; forget tables no longer owned."""
-        owned = set(self.owned())
+        owned = await self.owned_tables()
         for gone in (set(self.next_due) | self.metrics.tables) - owned:
             self.next_due.pop(gone, None)
             self.metrics.forget(gone)
@@ -272,7 +357,7 @@ class MaintenanceRunner:
                 self.next_due[table] = due
             if due > now:
                 continue
-            if table not in set(self.owned()):
+            if not self.owns(table):
                 continue  # revoked meanwhile
             await self.visit(table)
             self.next_due[table] = time.monotonic() + interval
@@ -347,6 +432,8 @@ __all__ = [
     "MaintenanceSettings",
     "TableMetrics",
     "candidates_message",
+    "catalog_tables",
+    "partition_of",
     "producer_publish",
     "settings_from",
 ]

@@ -339,6 +339,7 @@ class TableWorker:
             hooks=coordinator.hooks,
             reader=coordinator.reader,
             open_key_index=coordinator.open_key_index,
+            dedup_window_ms=coordinator.config.dedup_window_ms,
         )
         self.inbox: deque[tuple[_Record, FilesWritten | CommitRequested]] = deque()
         self.task: asyncio.Task[None] | None = None
@@ -1142,6 +1143,10 @@ class Coordinator:
             lambda: [t for ps in self.partitions.values() if not ps.revoked for t in ps.tables],
             publish=producer_publish(lambda: self.producer),
             reader=self.reader,
+            assigned=lambda: [tp.partition for tp, ps in self.partitions.items() if not ps.revoked],
+            partition_count=lambda: len(
+                (self.consumer and self.consumer.partitions_for_topic(config.events_topic)) or ()
+            ),
         )
 
     @property

@@ -25,6 +25,7 @@ from coordinating import coordinator_config, raise_if_stopped, running_coordinat
 
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
+from icefloe.commit_index import DEDUP_WINDOW_MS
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.coordinator.maintenance import CANDIDATES_EVENT_TYPE
 from icefloe.coordinator.service import Coordinator
@@ -228,4 +229,124 @@ async def _stream_and_check(
     finally:
         await candidates.stop()
         await producer.stop()
+        await catalog.close()
+
+
+async def test_quiet_tables_are_maintained_by_the_owner_of_their_partition(
+    kafka_broker: str, redis_server: str, tmp_path: Path
+) -> None:
+    """Tables created and written before the coordinators start, with no event since, are
+    maintained all the same: each by the replica that owns the partition their events would
+    go to (and only by it, once the group has split the partitions). The first commit the
+    coordinator makes to a table writes its dedup window into it."""
+    from icefloe.coordinator.maintenance import partition_of
+    from icefloe.snapshot_producer import fast_append
+
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    uri = f"{redis_server}?warehouse=file://{tmp_path}/wh&prefix={prefix}"
+    catalog = load_catalog(uri)
+    await catalog.create_namespace("db")
+    # two tables whose events would go to different partitions of a two-partition topic
+    names: dict[int, str] = {}
+    for i in range(100):
+        names.setdefault(partition_of(f"db.quiet_{i}", 2), f"db.quiet_{i}")
+        if len(names) == 2:
+            break
+    spec = PartitionSpecBuilder(SCHEMA).add_field("cat", "identity").build()
+    for name in names.values():
+        table = await catalog.create_table(
+            name,
+            SCHEMA,
+            spec,
+            properties={
+                "icefloe.maintenance.max-snapshots": "2",
+                "icefloe.maintenance.orphan-older-than-ms": "3600000",
+            },
+        )
+        for n in range(5):
+            path = f"{table.metadata.location}/data/cat=a/old-{n}.parquet"
+            Path(path.removeprefix("file://")).parent.mkdir(parents=True, exist_ok=True)
+            Path(path.removeprefix("file://")).write_bytes(b"z" * 30)
+            table = await fast_append(table, [DataFile(path, "parquet", ("a",), 3, 30)]).commit()
+    window_ms = 2 * 86_400_000
+    config = coordinator_config(
+        kafka_broker,
+        uri,
+        prefix,
+        topic_partitions=2,
+        batch_max_wait_ms=0,
+        maintenance_interval_ms=300,
+        maintenance_min_retain_ms=0,
+        dedup_window_ms=window_ms,
+    )
+
+    async def maintained(name: str) -> bool:
+        return len((await catalog.load_table(name)).metadata.snapshots) <= 2
+
+    try:
+        async with running_coordinator(config) as (first, first_task):
+            # alone, the first replica owns both partitions, so both tables
+            for name in names.values():
+                await _eventually(lambda n=name: maintained(n), f"{name} maintained", first_task)
+            async with running_coordinator(config) as (second, second_task):
+
+                async def split() -> bool:
+                    a = first.maintenance.assigned  # type: ignore[misc]
+                    b = second.maintenance.assigned  # type: ignore[misc]
+                    assert a is not None and b is not None
+                    return len(set(a())) == 1 and len(set(b())) == 1 and set(a()) != set(b())
+
+                await _eventually(split, "the two replicas to split the partitions", second_task)
+                for replica in (first, second):
+                    [mine] = set(replica.maintenance.assigned())  # type: ignore[misc]
+                    # exactly the quiet table of its partition, no event needed
+                    assert await replica.maintenance.owned_tables() == {names[mine]}
+                # more history on both: each is expired again, by its owner alone
+                for name in names.values():
+                    table = await catalog.load_table(name)
+                    for n in range(3):
+                        path = f"{table.metadata.location}/data/cat=a/late-{n}.parquet"
+                        Path(path.removeprefix("file://")).write_bytes(b"w" * 30)
+                        table = await fast_append(
+                            table, [DataFile(path, "parquet", ("a",), 3, 30)]
+                        ).commit()
+                for name in names.values():
+                    await _eventually(
+                        lambda n=name: maintained(n), f"{name} maintained again", second_task
+                    )
+                for replica in (first, second):
+                    [mine] = set(replica.maintenance.assigned())  # type: ignore[misc]
+                    assert names[1 - mine] not in replica.maintenance.next_due
+
+            # one event: the coordinator's first commit to the table writes its window there
+            name = names[0]
+            table = await catalog.load_table(name)
+            assert DEDUP_WINDOW_MS not in table.metadata.properties
+            path = f"{table.metadata.location}/data/cat=a/event.parquet"
+            Path(path.removeprefix("file://")).write_bytes(b"e" * 30)
+            event = FilesWritten.from_data_files(
+                name,
+                "quiet:1",
+                "test",
+                "quiet:1/a",
+                table.metadata.schema(),
+                table.metadata.spec(),
+                [DataFile(path, "parquet", ("a",), 3, 30)],
+                complete=True,
+            )
+            producer = AIOKafkaProducer(bootstrap_servers=config.brokers, acks="all")
+            await producer.start()
+            try:
+                await producer.send_and_wait(
+                    config.events_topic, encode_event(event), event_key(name)
+                )
+            finally:
+                await producer.stop()
+
+            async def window_written() -> bool:
+                current = await catalog.load_table(name)
+                return current.metadata.properties.get(DEDUP_WINDOW_MS) == str(window_ms)
+
+            await _eventually(window_written, "the window written by the first commit", first_task)
+    finally:
         await catalog.close()
