@@ -179,3 +179,108 @@ def test_comments_above_a_key_describe_it() -> None:
     assert docs_reference.values_comments(text) == {
         "outer.inner": "What inner is, on two lines. and a trailing note"
     }
+
+
+class _Recording(dict[str, str]):
+    """Table properties that remember every key looked up (iteration, as a copy does, is
+    not a lookup)."""
+
+    read: set[str]
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.read = set()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> str:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+async def _properties_maintenance_reads(warehouse: Path) -> set[str]:
+    """Every table property maintenance reads to decide what a table needs (its health, its
+    policy, what holds expiry back, orphans, the compaction plan), recorded on a table where
+    every action is due."""
+    import time
+
+    from icefloe.catalog import Table
+    from icefloe.catalog_uri import load_catalog
+    from icefloe.datafile import DataFile
+    from icefloe.maintenance_policy import (
+        MaintenancePolicy,
+        compaction_candidates,
+        decide,
+        expiry_retention,
+    )
+    from icefloe.partition import PartitionSpec
+    from icefloe.schema import Schema
+    from icefloe.snapshot import MAIN_BRANCH, SnapshotRef
+    from icefloe.snapshot_producer import fast_append
+    from icefloe.table_health import table_health
+    from icefloe.types import LongType, NestedField
+
+    catalog = load_catalog(f"file://{warehouse}")
+    try:
+        await catalog.create_namespace("db")
+        table = await catalog.create_table(
+            "db.t",
+            Schema(NestedField(1, "id", LongType(), required=True)),
+            PartitionSpec(0, ()),
+            properties={"icefloe.maintenance.remove-orphans.last-run-ms": "1"},
+        )
+        for n in range(3):
+            f = DataFile(f"{table.location}/data/{n}.parquet", "parquet", (), 1, 10)
+            table = await fast_append(table, [f]).commit()
+        metadata = table.metadata
+        assert metadata.current_snapshot() is not None
+        tagged = metadata.model_copy(
+            update={
+                "refs": {
+                    **metadata.refs,
+                    "old": SnapshotRef.tag(metadata.snapshots[0].snapshot_id),
+                    MAIN_BRANCH: metadata.refs[MAIN_BRANCH],
+                }
+            }
+        )
+        recording = _Recording(tagged.properties)
+        object.__setattr__(tagged, "properties", recording)
+        watched = Table(table.identifier, tagged, table.metadata_location, catalog)
+        now = int(time.time() * 1000) + 30 * 86_400_000
+        policy = MaintenancePolicy.for_table(tagged)
+        health = await table_health(watched, now_ms=now)
+        plan = await compaction_candidates(watched)
+        expiry_retention(tagged, policy, now_ms=now, min_retain_ms=0)
+        planned = decide(tagged, health, plan, policy, now_ms=now, min_retain_ms=0)
+        assert planned, "every action should be due on this table"
+        return recording.read
+    finally:
+        await catalog.close()
+
+
+def test_every_table_property_maintenance_reads_is_on_the_maintenance_page(
+    site: Path, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from icefloe.maintenance_policy import PROPERTIES
+
+    rows: dict[str, list[str]] = {}
+    for table in sections(site, "concepts/maintenance").values():
+        rows.update(table)
+    read = asyncio.run(_properties_maintenance_reads(tmp_path))
+    assert {"icefloe.maintenance.max-snapshots", "icefloe.dedup.window-ms"} <= read
+    assert "history.expire.min-snapshots-to-keep" in read
+    assert "icefloe.maintenance.remove-orphans.interval-ms" in read
+    missing = sorted(read - rows.keys())
+    assert not missing, f"read by maintenance, missing from its page: {missing}"
+    listed = {p.key for p in PROPERTIES}
+    assert listed <= rows.keys() and not read - listed
+    for prop in PROPERTIES:  # the default and the meaning as the code states them
+        assert rows[prop.key][2] == prop.default and rows[prop.key][3] == prop.meaning, prop

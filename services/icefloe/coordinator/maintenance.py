@@ -23,8 +23,13 @@ older than the safety window, rewrite manifests past a count or small-manifest r
 does it, each action as its own commit through the catalog's conditional swap with retries.
 It takes no lock the commit path uses, so it never blocks a commit: a table worker whose
 swap loses to a maintenance commit retries as against any concurrent writer, and its
-validation is unchanged. Expiry never goes inside ``min_retain_ms``, the coordinator's
-exactly-once deduplication window (it looks commit ids up in the history that recent).
+validation is unchanged. Expiry never goes inside ``min_retain_ms``
+(``ICEFLOE_MAINTENANCE_MIN_RETAIN_MS``, a floor for every table), nor removes a snapshot
+recording commit ids inside the table's own dedup window (``icefloe.dedup.window-ms``,
+which the coordinator's commits write from ``ICEFLOE_DEDUP_WINDOW_MS`` on tables that set
+none); :func:`icefloe.maintenance_policy.expiry_retention` says which holds what. When
+orphan removal last ran is recorded in the table, so a restart or a new owner does not
+list the location again before the interval is up.
 
 Compaction candidates are announced, not compacted (compaction needs an engine): when the
 table's compaction plan has work, a ``compaction-candidates`` JSON message, keyed by table,
@@ -280,6 +285,8 @@ class MaintenanceRunner:
         self._listed_at: float | None = None
         self._listing = asyncio.Lock()
         self.next_due: dict[str, float] = {}
+        # attempts made here (a failed run is retried after the interval too); a successful
+        # run is recorded in the table itself (icefloe.maintenance_policy.record_orphans_run)
         self.last_orphan_run_ms: dict[str, int] = {}
         self.reports: dict[str, MaintenanceReport] = {}
         self._task: asyncio.Task[None] | None = None

@@ -1,8 +1,10 @@
 """The reference pages of the documentation site, generated from the code when it is built.
 
 An operator's guide that lists settings by hand drifts the day someone adds one. So the
-tables of ``docs/operations/settings.md`` and ``docs/operations/helm-values.md`` are written
-here, at build time, from what the services really read: each service's pydantic settings
+tables of ``docs/operations/settings.md``, ``docs/operations/helm-values.md`` and the table
+properties of ``docs/concepts/maintenance.md`` (from
+:data:`icefloe.maintenance_policy.PROPERTIES`) are written here, at build time, from what
+the code really reads: each service's pydantic settings
 model (name, environment variable, default, description), the command line the service
 derives from it (:func:`icefloe.runtime.settings.add_arguments`, so the flag column is the
 parser's own), and the chart's ``values.yaml`` (defaults and the comments above each key)
@@ -27,6 +29,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml  # type: ignore[import-untyped]
 from pydantic_settings import BaseSettings
 
+from icefloe import maintenance_policy
 from icefloe.coordinator import config as coordinator_config
 from icefloe.planner import config as planner_config
 from icefloe.planner import write_config
@@ -437,9 +440,24 @@ def helm_values_table(chart: Path = CHART) -> str:
 
 # -- the MkDocs hook ------------------------------------------------------------------------
 
+# -- table properties maintenance reads --------------------------------------------------
+
+
+def maintenance_properties_table() -> str:
+    """Every table property maintenance reads (:data:`icefloe.maintenance_policy.PROPERTIES`),
+    grouped by what it governs, with its default and meaning."""
+    lines = ["| property | area | default | meaning |", "|---|---|---|---|"]
+    for prop in maintenance_policy.PROPERTIES:
+        lines.append(
+            f"| `{prop.key}` | {prop.area} | {_cell(prop.default)} | {_cell(prop.meaning)} |"
+        )
+    return "\n".join(lines)
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "settings": settings_page,
     "helm-values": helm_values_table,
+    "maintenance-properties": maintenance_properties_table,
 }
 
 
@@ -469,6 +487,7 @@ __all__ = [
     "chart_variables",
     "expand",
     "helm_values_table",
+    "maintenance_properties_table",
     "on_page_markdown",
     "schema_paths",
     "settings_page",
