@@ -15,6 +15,10 @@ Literals are kept as they arrive (JSON-native values stay untyped) until the exp
 bound, because ``"2017-11-16"`` only means a date once it is compared with a date column.
 Typed literals (``{"type": "literal", "value": ..., "data-type": "date"}``) are converted
 right away. Errors name the offending part by its JSON path, such as ``$.left.child``.
+
+:func:`parse_filter_text` reads a filter given as text in either form: JSON when it starts
+with ``{``, else the filter syntax people write (:mod:`icefloe.expressions.parser`); the
+command line and the Spark API take filters through it, so they read text alike.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from icefloe.expressions import (
     predicate,
     visit,
 )
+from icefloe.expressions.parser import parse_filter
 from icefloe.transforms import (
     BucketTransform,
     DayTransform,
@@ -515,9 +520,18 @@ class _Writer(BooleanExpressionVisitor[Any]):
         return self._shape(predicate.op, term, None)
 
 
+def parse_filter_text(text: str) -> BooleanExpression:
+    """A filter written as text: expression JSON when it starts with ``{`` (after blanks),
+    else the filter syntax (``a >= 1 and b in ('x', 'y')``)."""
+    if text.lstrip().startswith("{"):
+        return parse_expression(text)
+    return parse_filter(text)
+
+
 __all__ = [
     "ICEBERG_FUNCTIONS",
     "expression_to_json",
     "expression_to_json_text",
     "parse_expression",
+    "parse_filter_text",
 ]

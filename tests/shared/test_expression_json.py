@@ -477,3 +477,15 @@ _EXPRS = st.recursive(
 def test_json_round_trip_law(expr: BooleanExpression) -> None:
     text = expression_to_json_text(expr)
     assert parse_expression(text) == expr
+
+
+def test_filter_text_is_json_when_it_starts_with_a_brace_and_the_filter_syntax_otherwise() -> None:
+    from icefloe.expression_json import parse_filter_text
+    from icefloe.expressions import EqualTo
+
+    assert parse_filter_text('  {"type": "eq", "term": "a", "value": 1}') == EqualTo("a", 1)
+    assert parse_filter_text("a = 1") == EqualTo("a", 1)
+    with pytest.raises(ValidationError, match="not valid JSON"):
+        parse_filter_text("{a = 1}")
+    with pytest.raises(ValidationError, match="at position 4"):
+        parse_filter_text("a = ")

@@ -122,6 +122,56 @@ def test_deep_nesting_is_an_error_not_a_crash() -> None:
     assert parse_filter(" and ".join(f"c{i} = {i}" for i in range(3000))) is not None
 
 
+@settings(max_examples=examples(300))
+@given(
+    st.one_of(
+        st.text(max_size=40),
+        st.lists(
+            st.sampled_from(
+                [
+                    "a",
+                    "'x'",
+                    "1",
+                    "1.5",
+                    "1e999",
+                    "(",
+                    ")",
+                    ",",
+                    ".",
+                    "not",
+                    "and",
+                    "or",
+                    "in",
+                    "is",
+                    "null",
+                    "nan",
+                    "like",
+                    "between",
+                    "=",
+                    "<",
+                    "!=",
+                    '"q"',
+                    "'%'",
+                    "true",
+                ]
+            ),
+            max_size=12,
+        ).map(" ".join),
+    )
+)
+def test_any_text_parses_or_fails_with_a_validation_error(text: str) -> None:
+    """Garbage never crashes the parser: an expression, or an error naming the problem."""
+    try:
+        parsed = parse_filter(text)
+    except FilterSyntaxError as e:
+        assert 0 <= e.position <= len(text)
+        return
+    except ValidationError:
+        return  # a value a literal cannot hold (a decimal of 39 digits), named as such
+    assert isinstance(parsed, BooleanExpression)
+    assert parse_filter(format_filter(parsed)) == parsed
+
+
 def test_what_the_syntax_cannot_say_is_refused_when_written() -> None:
     import datetime as dt
 

@@ -27,9 +27,8 @@ from icefloe.delete_index import is_deletion_vector
 from icefloe.deletion_vector import read_deletion_vector
 from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
 from icefloe.evaluators import compile_row_filter
-from icefloe.expression_json import expression_to_json, parse_expression
+from icefloe.expression_json import expression_to_json, parse_filter_text
 from icefloe.expressions import BooleanExpression
-from icefloe.expressions.parser import parse_filter
 from icefloe.manifest_cache import ManifestCache
 from icefloe.parquet import read_data_file
 from icefloe.row_lineage import LINEAGE_NAMES, with_lineage_fields, with_row_lineage
@@ -86,9 +85,7 @@ def filter_argument(text: str | None) -> BooleanExpression | None:
     if text.startswith("@"):
         with open(text[1:], encoding="utf-8") as f:
             text = f.read()
-    if text.lstrip().startswith("{"):
-        return parse_expression(text)
-    return parse_filter(text)
+    return parse_filter_text(text)
 
 
 def _names(text: str | None) -> list[str] | None:

@@ -9,7 +9,6 @@ since the epoch (never truncated silently); writes accept those forms back.
 from __future__ import annotations
 
 import importlib.util
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -21,7 +20,7 @@ from icefloe.errors import (
     SchemaEvolutionError,
     ValidationError,
 )
-from icefloe.expression_json import expression_to_json
+from icefloe.expression_json import expression_to_json, parse_filter_text
 from icefloe.expressions import (
     BooleanExpression,
 )
@@ -220,12 +219,6 @@ def _filter_json(expr: FilterArg) -> Any:
         return None
     if isinstance(expr, BooleanExpression):
         return expression_to_json(expr)
-    if isinstance(expr, str):
-        try:
-            return json.loads(expr)
-        except ValueError:
-            raise ValidationError(
-                f"filter {expr!r:.80} is not JSON: pass an icefloe expression or its JSON form "
-                "(expressions spec)"
-            ) from None
+    if isinstance(expr, str):  # "a >= 1 and b = 'x'", or expression JSON starting with "{"
+        return expression_to_json(parse_filter_text(expr))
     return expr if isinstance(expr, bool) else dict(expr)

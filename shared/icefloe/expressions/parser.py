@@ -84,7 +84,7 @@ _COMPARISONS: dict[str, Operation] = {
 _TOKEN = re.compile(
     r"""
     (?P<space>\s+)
-    | (?P<number>[+-]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)(?![A-Za-z0-9_$.])
+    | (?P<number>[+-]?(?:[0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)(?:[eE][+-]?[0-9]+)?)(?![A-Za-z0-9_$.])
     | (?P<string>'(?:[^']|'')*')
     | (?P<quoted>"(?:[^"]|"")*")
     | (?P<name>[A-Za-z_][A-Za-z0-9_$]*)
@@ -338,7 +338,10 @@ class _Parser:
         if token.kind == "string":
             return _unquote(token.text)
         if token.kind == "number":
-            return _number(token.text)
+            value = _number(token.text)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise self.fail("a number a double can hold", token)
+            return value
         if token.keyword("true", "false"):
             return token.text.lower() == "true"
         if token.keyword("null"):

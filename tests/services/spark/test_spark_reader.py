@@ -365,6 +365,11 @@ def test_filters_projections_and_time_travel(spark: SparkSession, spark_stack: A
     assert [r["id"] for r in not_a] == [1, 2, 4, 5, 7, 8]  # null != 'a' holds, as specified
     as_json = _rows(spark, name, config, filter={"type": "is-null", "term": "cat"})
     assert [r["id"] for r in as_json] == [2, 5, 8]
+    # a filter as people write it, and as JSON text, select the same rows
+    written = _rows(spark, name, config, filter="id >= 5 and cat = 'a'", columns=["id"])
+    assert written == selected
+    as_text = _rows(spark, name, config, filter='{"type": "is-null", "term": "cat"}')
+    assert as_text == as_json
     old = _rows(spark, name, config, snapshot_id=snapshot)
     assert [r["id"] for r in old] == list(range(10))
 
