@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from icefloe.catalog import Table
+from icefloe.catalog import Table, TableChange
 from icefloe.commit_index import (
     DEDUP_WINDOW_MS,
     DEDUP_WINDOW_MS_DEFAULT,
@@ -345,6 +345,8 @@ PROPERTIES: tuple[PolicyProperty, ...] = (
 )
 """Every table property maintenance reads, in the order the documentation lists them."""
 
+_POLICY_KEYS = frozenset(p.key for p in PROPERTIES)
+
 
 @dataclass(frozen=True, slots=True)
 class PlannedAction:
@@ -612,6 +614,27 @@ class MaintenanceReport:
         }
 
 
+async def check_policy_change(change: TableChange) -> None:
+    """Refuse a commit that sets a property maintenance reads (:data:`PROPERTIES`) to a
+    value it cannot read: ValidationError naming the property, before anything is written.
+
+    The REST catalog and ``icefloe table properties`` pass this as the ``check`` of
+    :func:`~icefloe.table_changes.commit_table_changes`, so a typo is refused where it is
+    made rather than failing every maintenance visit later. Only commits that change one of
+    these properties are checked, so a table already holding a bad value still takes
+    appends.
+    """
+    base = change.base.metadata.properties if change.base is not None else {}
+    new = change.new_metadata
+    changed = {k for k, v in new.properties.items() if base.get(k) != v}
+    if not changed & _POLICY_KEYS:
+        return
+    MaintenancePolicy.for_table(new)
+    dedup_window_ms(new.properties)
+    orphans_last_run_ms(new)
+    CompactionPolicy.for_table(new)
+
+
 async def record_orphans_run(table: Table, run_ms: int) -> None:
     """Record in the table that orphan removal succeeded at ``run_ms``: one
     ``set-properties`` commit through the catalog's conditional swap (a concurrent commit is
@@ -691,6 +714,7 @@ __all__ = [
     "MaintenanceReport",
     "PlannedAction",
     "PolicyProperty",
+    "check_policy_change",
     "compaction_candidates",
     "decide",
     "expiry_bounds",

@@ -19,6 +19,7 @@ from icefloe.catalog import Catalog, Table, TableIdentifier
 from icefloe.errors import ValidationError
 from icefloe.keyed_table import set_identifier_fields, with_identifier_fields
 from icefloe.maintenance import expire_snapshots
+from icefloe.maintenance_policy import check_policy_change
 from icefloe.metadata_updates import RemovePropertiesUpdate, SetPropertiesUpdate, TableUpdate
 from icefloe.partition import parse_partition_spec
 from icefloe.schema import Schema
@@ -131,5 +132,5 @@ async def table_properties(
     if removals:
         changes.append(RemovePropertiesUpdate(removals=removals))
     commit = TableCommit(TableIdentifier.parse(identifier), (), tuple(changes))
-    [outcome] = await commit_table_changes(catalog, [commit])
+    [outcome] = await commit_table_changes(catalog, [commit], check=check_policy_change)
     return dict(outcome.table.metadata.properties)

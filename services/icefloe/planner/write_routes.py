@@ -69,6 +69,7 @@ from icefloe.errors import (
 )
 from icefloe.location_index import TableLocations
 from icefloe.maintenance import purge_table_files
+from icefloe.maintenance_policy import check_policy_change
 from icefloe.manifest_cache import ManifestCache
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import new_table_metadata
@@ -706,13 +707,15 @@ class WriteRoutes:
             raise _bad_request(f"commit to {ident}: {e}") from None
 
     async def _check_change(self, change: TableChange) -> None:
-        """The new metadata of a commit obeys the location policy (before the swap)."""
+        """The new metadata of a commit obeys the location policy, and its maintenance
+        properties hold values maintenance can read (before the swap)."""
         base = change.base.metadata if change.base is not None else None
         await self.locations.check_commit(
             self.catalog.io, self.service.cache, base, change.new_metadata, str(change.identifier)
         )
         if base is None or base.location != change.new_metadata.location:
             await self._refuse_overlap(change.identifier, change.new_metadata.location)
+        await check_policy_change(change)  # maintenance properties it can read
 
     async def _run(self, commits: list[TableCommit]) -> list[CommitOutcome]:
         for commit in commits:

@@ -247,6 +247,10 @@ def test_table_properties_are_listed_set_and_unset_in_one_commit(
     for argv in (["--set", f"{LEDGER_PROPERTY}=[]"], ["--unset", LEDGER_PROPERTY]):
         code, out, err = run(capsys, "table", "properties", "db.t", *argv)
         assert code == 1 and out == "" and LEDGER_PROPERTY in err
+    code, _, err = run(
+        capsys, "table", "properties", "db.t", "--set", "icefloe.maintenance.enabled=maybe"
+    )
+    assert code == 1 and "icefloe.maintenance.enabled" in err and "true or false" in err
     code, _, err = run(capsys, "table", "properties", "db.t", "--set", "b=1", "--unset", "b")
     assert code == 1 and "both set and unset" in err
     code, _, err = run(capsys, "table", "properties", "db.t", "--set", "novalue")

@@ -411,6 +411,20 @@ async def test_requirements_guard_commits_and_nothing_is_half_applied(make_clien
     await error_of(
         await client.post("/v1/namespaces/db/tables/t", json=unknown), 400, "BadRequestException"
     )
+    # A maintenance property maintenance could not read is refused where it is set
+    for key, value in (
+        ("icefloe.maintenance.enabled", "maybe"),
+        ("icefloe.maintenance.max-snapshots", "0"),
+        ("icefloe.dedup.window-ms", "a week"),
+        ("icefloe.compaction.min-input-files", "many"),
+    ):
+        bad_policy = {"requirements": [], "updates": [set_props(**{key: value})]}
+        message = await error_of(
+            await client.post("/v1/namespaces/db/tables/t", json=bad_policy),
+            400,
+            "BadRequestException",
+        )
+        assert key in message, message
     bad_req = {"requirements": [{"type": "assert-luck"}], "updates": []}
     await error_of(
         await client.post("/v1/namespaces/db/tables/t", json=bad_req), 400, "BadRequestException"
