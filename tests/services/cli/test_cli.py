@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -279,14 +280,13 @@ def test_health_shows_what_holds_expiry_back_and_orphan_removal_only_when_due(
 
     asyncio.run(append())
 
-    def health(*flags: str) -> dict[str, object]:
+    def health(*flags: str) -> Any:
         code, out, err = run(capsys, "table", "health", "db.t", *flags)
         assert code == 0, err
-        result: dict[str, object] = json.loads(out)
-        return result
+        return json.loads(out)
 
-    def next_actions(report: dict[str, object]) -> set[str]:
-        return {a["action"] for a in report["next"]}  # type: ignore[attr-defined, index]
+    def next_actions(report: Any) -> set[str]:
+        return {a["action"] for a in report["next"]}
 
     before = health()
     expiry = before["expiry"]
@@ -294,7 +294,7 @@ def test_health_shows_what_holds_expiry_back_and_orphan_removal_only_when_due(
     assert expiry["snapshots"] == 1 and expiry["kept-by-policy"] == 1
     assert expiry["limits"]["min-retain-ms"] == 86_400_000  # the coordinator's default floor
     monkeypatch.setenv("ICEFLOE_MAINTENANCE_MIN_RETAIN_MS", "5000")
-    assert health()["expiry"]["limits"]["min-retain-ms"] == 5000  # type: ignore[index]
+    assert health()["expiry"]["limits"]["min-retain-ms"] == 5000
     assert "remove-orphan-files" in next_actions(before)
 
     code, out, err = run(capsys, "table", "maintain", "db.t")

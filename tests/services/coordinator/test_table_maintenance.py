@@ -232,6 +232,13 @@ async def _stream_and_check(
         await catalog.close()
 
 
+def _assigned(coordinator: Coordinator) -> set[int]:
+    """The events topic's partitions assigned to ``coordinator``, as its runner sees them."""
+    assigned = coordinator.maintenance.assigned
+    assert assigned is not None
+    return set(assigned())
+
+
 async def test_quiet_tables_are_maintained_by_the_owner_of_their_partition(
     kafka_broker: str, redis_server: str, tmp_path: Path
 ) -> None:
@@ -291,14 +298,12 @@ async def test_quiet_tables_are_maintained_by_the_owner_of_their_partition(
             async with running_coordinator(config) as (second, second_task):
 
                 async def split() -> bool:
-                    a = first.maintenance.assigned  # type: ignore[misc]
-                    b = second.maintenance.assigned  # type: ignore[misc]
-                    assert a is not None and b is not None
-                    return len(set(a())) == 1 and len(set(b())) == 1 and set(a()) != set(b())
+                    a, b = _assigned(first), _assigned(second)
+                    return len(a) == 1 and len(b) == 1 and a != b
 
                 await _eventually(split, "the two replicas to split the partitions", second_task)
                 for replica in (first, second):
-                    [mine] = set(replica.maintenance.assigned())  # type: ignore[misc]
+                    [mine] = _assigned(replica)
                     # exactly the quiet table of its partition, no event needed
                     assert await replica.maintenance.owned_tables() == {names[mine]}
                 # more history on both: each is expired again, by its owner alone
@@ -315,7 +320,7 @@ async def test_quiet_tables_are_maintained_by_the_owner_of_their_partition(
                         lambda n=name: maintained(n), f"{name} maintained again", second_task
                     )
                 for replica in (first, second):
-                    [mine] = set(replica.maintenance.assigned())  # type: ignore[misc]
+                    [mine] = _assigned(replica)
                     assert names[1 - mine] not in replica.maintenance.next_due
 
             # one event: the coordinator's first commit to the table writes its window there
