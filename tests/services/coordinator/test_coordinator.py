@@ -567,7 +567,7 @@ async def test_rebalances_between_replicas_hand_tables_over_exactly_once(
             async with running(second) as second_task:
                 # The group now splits the partitions: both replicas own some tables.
                 await wait_until(
-                    lambda: _true(0 < len(first.partitions) < PARTITIONS),
+                    lambda: _true(0 < len(first.group.partitions) < PARTITIONS),
                     "the partitions to be shared",
                     alive=task_alive(first_task),
                 )
