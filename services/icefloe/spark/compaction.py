@@ -73,6 +73,7 @@ from icefloe.schema import Schema
 from icefloe.sort_order import NullOrder, SortDirection, SortOrder
 from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.config import SparkConfig
+from icefloe.spark.read_tasks import READ_TASK_COLUMN, ReadJob, ScanTaskReader, column_by_id
 from icefloe.spark.staging import (
     attempts_may_have_failed,
     delete_job_files,
@@ -80,18 +81,9 @@ from icefloe.spark.staging import (
     load_for_write,
     split_events,
 )
-from icefloe.spark.tasks import (
-    READ_TASK_COLUMN,
-    FanoutWriter,
-    ReadJob,
-    ScanTaskReader,
-    TaskInfo,
-    TaskIO,
-    WriteJob,
-    column_by_id,
-    task_hooks,
-)
+from icefloe.spark.tasks import TaskInfo, TaskIO, task_hooks
 from icefloe.spark.types import FilterArg, filter_to_json, map_in_arrow
+from icefloe.spark.write_tasks import FanoutWriter, WriteJob
 
 log = logging.getLogger("icefloe.spark.compact")
 

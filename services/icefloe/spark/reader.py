@@ -39,11 +39,7 @@ from icefloe.metadata import TableMetadata
 from icefloe.retry import Backoff, Retry
 from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.config import SparkConfig
-from icefloe.spark.tasks import (
-    READ_TASK_COLUMN,
-    ReadJob,
-    read_task,
-)
+from icefloe.spark.read_tasks import READ_TASK_COLUMN, ReadJob, read_task
 from icefloe.spark.types import (
     FilterArg,
     arrow_schema_of,

@@ -39,12 +39,10 @@ from icefloe.metadata_builder import MetadataBuilder
 from icefloe.schema import Schema
 from icefloe.schema_update import UpdateSchema
 from icefloe.spark.channel import BACKGROUND
-from icefloe.spark.tasks import (
-    is_job_file,
-)
 from icefloe.spark.types import (
     spark_to_iceberg_type,
 )
+from icefloe.spark.write_tasks import is_job_file
 from icefloe.types import (
     NestedField,
     StructType,

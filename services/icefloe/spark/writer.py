@@ -115,19 +115,19 @@ from icefloe.spark.staging import (
     load_for_write,
     split_events,
 )
-from icefloe.spark.tasks import (
+from icefloe.spark.types import (
+    FilterArg,
+    arrow_schema_of,
+    filter_to_json,
+    map_in_arrow,
+)
+from icefloe.spark.write_tasks import (
     WRITE_RESULT_SCHEMA,
     WriteJob,
     change_rows_task,
     change_task,
     prepare_input,
     write_task,
-)
-from icefloe.spark.types import (
-    FilterArg,
-    arrow_schema_of,
-    filter_to_json,
-    map_in_arrow,
 )
 
 log = logging.getLogger("icefloe.spark")
