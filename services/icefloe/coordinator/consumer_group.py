@@ -27,9 +27,7 @@ from icefloe.coordinator.batcher import (
     BatchLimits,
     SourceEvent,
 )
-from icefloe.coordinator.committer import (
-    CommitHooks,
-)
+from icefloe.coordinator.commit_hooks import CommitHooks
 from icefloe.coordinator.config import (
     CoordinatorConfig,
 )

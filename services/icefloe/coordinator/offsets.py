@@ -22,9 +22,7 @@ from icefloe.coordinator.batcher import (
     SourceEvent,
     TableBatcher,
 )
-from icefloe.coordinator.committer import (
-    source_key,
-)
+from icefloe.coordinator.history import source_key
 
 
 class TracksOffsets(Protocol):

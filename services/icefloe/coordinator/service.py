@@ -84,10 +84,7 @@ from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.batcher import (
     BatchLimits,
 )
-from icefloe.coordinator.committer import (
-    CommitHooks,
-    install_commit_hooks,
-)
+from icefloe.coordinator.commit_hooks import CommitHooks, install_commit_hooks
 from icefloe.coordinator.config import (
     CoordinatorConfig,
     add_arguments,

@@ -36,11 +36,8 @@ from icefloe.coordinator.batcher import (
     TableBatcher,
     Unit,
 )
-from icefloe.coordinator.committer import (
-    CommitHooks,
-    CommitOutcome,
-    TableCommitter,
-)
+from icefloe.coordinator.commit_hooks import CommitHooks
+from icefloe.coordinator.committer import CommitOutcome, TableCommitter
 from icefloe.coordinator.config import (
     BACKOFF,
     CoordinatorConfig,

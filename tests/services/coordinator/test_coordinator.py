@@ -31,8 +31,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
-from icefloe.coordinator.committer import SUMMARY_OFFSETS, SUMMARY_POSITIONS, summary_commit_ids
+from icefloe.coordinator.committer import summary_commit_ids
 from icefloe.coordinator.config import CoordinatorConfig
+from icefloe.coordinator.history import SUMMARY_OFFSETS, SUMMARY_POSITIONS
 from icefloe.coordinator.service import Coordinator
 from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
