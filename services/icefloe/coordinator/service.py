@@ -30,7 +30,7 @@ table itself:
 2. *The table records what it holds.* Each snapshot's summary carries ``icefloe.commit-ids``,
    ``icefloe.offsets`` (the table's safe resume point per source partition: every one of its
    events below it is done) and ``icefloe.positions`` (how far the committer had read, as a
-   running maximum). See :mod:`icefloe.coordinator.committer`.
+   running maximum). See :mod:`icefloe.coordinator.history`.
 3. *Check on every base, by commit id.* Before each attempt, and on the reloaded table
    after each conflict, the committer drops units whose commit ids the table already holds
    (the dedup index over every snapshot it lists, :mod:`icefloe.commit_index`, kept
@@ -62,6 +62,24 @@ then done. Each snapshot is announced by a ``table-committed`` event on the resu
 Operations: ``/healthz``, ``/readyz`` (ready once the consumer has joined its group) and
 ``/metrics`` (:mod:`icefloe.runtime.http`); structured JSON logs; on SIGTERM or SIGINT it
 stops consuming, commits every ready unit, commits its Kafka offsets and exits 0.
+
+Where each part lives
+---------------------
+This module is the wiring: it parses the settings, builds the catalog, the manifest reader,
+the batch limits, the key-index opener, the metrics, the outbox, the consumer group and
+maintenance, and runs them until a stop. The parts are modules named after them:
+
+- :mod:`icefloe.coordinator.consumer_group`: the consume loop, rebalances, offset commits
+  and housekeeping (step 5);
+- :mod:`icefloe.coordinator.table_worker`: one table's worker (steps 1, 3 and 4);
+- :mod:`icefloe.coordinator.offsets`: a partition's state and its low watermark;
+- :mod:`icefloe.coordinator.outbox`: results and dead letters, sent until acknowledged;
+- :mod:`icefloe.coordinator.metrics`: the Prometheus series;
+- :mod:`icefloe.coordinator.batcher`, :mod:`icefloe.coordinator.committer` (with
+  :mod:`~icefloe.coordinator.history`, :mod:`~icefloe.coordinator.commit_hooks`,
+  :mod:`~icefloe.coordinator.event_checks` and :mod:`~icefloe.coordinator.overwrite_filters`)
+  and :mod:`icefloe.coordinator.upsert`: batching and committing one table;
+- :mod:`icefloe.coordinator.maintenance`: maintenance of the tables this replica owns.
 """
 
 from __future__ import annotations

@@ -7,9 +7,9 @@ coordinator, so a compaction is serialized with the streaming appends of the sam
 any other commit and never races them on the catalog.
 
 Each task reads its group's data files with the reader's own code
-(:class:`~icefloe.spark.tasks.ScanTaskReader`: position deletes, then equality deletes, null
+(:class:`~icefloe.spark.read_tasks.ScanTaskReader`: position deletes, then equality deletes, null
 matching null), optionally sorts the rows by the table's sort order, and writes them with the
-writer's :class:`~icefloe.spark.tasks.FanoutWriter` (Parquet with field ids and column
+writer's :class:`~icefloe.spark.write_tasks.FanoutWriter` (Parquet with field ids and column
 metrics, rolling at the target size). Output file names carry ``<job id>-b<group>`` so every
 file of a group can be found, and deleted, by listing, whatever attempt wrote it.
 

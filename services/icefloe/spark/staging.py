@@ -1,7 +1,7 @@
 """The staging protocol every Spark job of icefloe follows, writes and compactions alike.
 
 A job loads the table it writes against (evolving its schema first when asked), has its
-tasks write files named after the job (:func:`icefloe.spark.tasks.is_job_file`), publishes
+tasks write files named after the job (:func:`icefloe.spark.write_tasks.is_job_file`), publishes
 ``files-written`` events split to fit the broker, asks the coordinator to commit them, and
 afterwards deletes what is certainly not in the table: every file of the job when nothing of
 it was committed, or the files of failed and speculative attempts (looked for only when Spark

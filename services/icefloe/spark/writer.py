@@ -6,7 +6,7 @@ The driver never writes table metadata. It loads the table (schema, spec, proper
 the catalog, checks the DataFrame against the schema by name (missing required columns and
 incompatible types fail here, before any task runs; ``merge_schema=True`` first adds the
 DataFrame's new columns to the table), and runs one Spark job whose tasks write Parquet data
-files (:mod:`icefloe.spark.tasks`). Each task returns its files' content-file JSON and its
+files (:mod:`icefloe.spark.write_tasks`). Each task returns its files' content-file JSON and its
 task attempt id; Spark hands the driver the rows of exactly one successful attempt per
 partition, so the collected rows are the files to commit.
 
@@ -32,7 +32,7 @@ which also numbers them in arrival order), the rows are repartitioned by key so 
 change of a key meets in one task, and each task folds its changes to the last one per key
 (:func:`icefloe.spark.changes.fold`) and writes the surviving rows as data files
 (partitioned as the table) plus one *key file* naming every key it touched
-(:func:`icefloe.spark.tasks.change_task`). The commit-requested's operation is
+(:func:`icefloe.spark.write_tasks.change_task`). The commit-requested's operation is
 ``upsert``: the coordinator removes each key's old row (deletion vectors on v3, position
 deletes on v2) and adds the new ones in one snapshot. Key files are never committed: once
 the outcome is decided (committed, acknowledged as a replay, or rejected) the driver
@@ -41,8 +41,8 @@ the coordinator may still commit and reads them when it does. A task's refusal (
 given twice without ``order_by``, an unknown operation, a null key) reaches the caller
 as a ValidationError with the task's message, and the job's files are deleted.
 
-Exactly once for streams (:func:`foreach_batch_sink`)
-----------------------------------------------------
+Exactly once for streams (:func:`icefloe.spark.streaming.foreach_batch_sink`)
+----------------------------------------------------------------------------
 A micro-batch's commit id is ``<query id or sink id>:<batch id>``, stable across restarts
 from a checkpoint. The sink skips a batch whose commit id the table's history already
 records, and the coordinator acknowledges a commit id it already applied instead of
@@ -50,8 +50,11 @@ committing it again; when that happens, the replay's own files are found absent 
 acknowledged snapshot and deleted.
 
 The Spark types (:mod:`icefloe.spark.types`), the driver's event loop and commit channel
-(:mod:`icefloe.spark.channel`) and reading (:mod:`icefloe.spark.reader`) are modules of their
-own.
+(:mod:`icefloe.spark.channel`), the staging protocol writes share with compaction (loading
+the table, splitting events, deleting a job's files: :mod:`icefloe.spark.staging`), the
+streaming sink (:mod:`icefloe.spark.streaming`), what runs in the tasks
+(:mod:`icefloe.spark.write_tasks`) and reading (:mod:`icefloe.spark.reader`) are modules of
+their own.
 
 Configuration comes from :class:`~icefloe.spark.config.SparkConfig`: ``config=`` arguments,
 then ``spark.icefloe.*`` session settings, then ``ICEFLOE_*`` environment variables.
