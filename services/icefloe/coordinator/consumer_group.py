@@ -23,30 +23,16 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
 from icefloe.catalog import Catalog
-from icefloe.coordinator.batcher import (
-    BatchLimits,
-    SourceEvent,
-)
+from icefloe.coordinator.batcher import BatchLimits, SourceEvent
 from icefloe.coordinator.commit_hooks import CommitHooks
-from icefloe.coordinator.config import (
-    CoordinatorConfig,
-)
+from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.coordinator.metrics import CoordinatorMetrics
 from icefloe.coordinator.offsets import ConsumedRecord, PartitionState
 from icefloe.coordinator.outbox import Outbox
 from icefloe.coordinator.table_worker import TableWorker
 from icefloe.coordinator.upsert import KeyIndexOpener
-from icefloe.errors import (
-    EventRejectedError,
-    UnsupportedFormatVersion,
-    ValidationError,
-)
-from icefloe.events import (
-    CommitRequested,
-    FilesWritten,
-    TableCommitted,
-    parse_event,
-)
+from icefloe.errors import EventRejectedError, UnsupportedFormatVersion, ValidationError
+from icefloe.events import CommitRequested, FilesWritten, TableCommitted, parse_event
 from icefloe.manifest_reader import ManifestReader
 from icefloe.runtime import kafka
 from icefloe.runtime.topic_ids import topic_ids
@@ -389,6 +375,7 @@ class ConsumerGroup:
     # -- handing messages to the outbox ----------------------------------------------------
 
     async def publish_results(self, messages: Sequence[TableCommitted]) -> None:
+        """Announce commits on the results topic and wait for the acknowledgement."""
         await self.outbox.publish_results(messages)
 
     async def dead_letter(

@@ -13,10 +13,7 @@ from icefloe.catalog import data_dir
 from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
 from icefloe.commit_index import summary_commit_ids as summary_commit_ids
 from icefloe.datafile import DataFile
-from icefloe.errors import (
-    EventRejectedError,
-    ValidationError,
-)
+from icefloe.errors import EventRejectedError, ValidationError
 from icefloe.locations import within_any
 from icefloe.metadata import TableMetadata
 from icefloe.schema import Schema

@@ -17,11 +17,7 @@ from typing import Generic, Protocol, TypeVar
 
 from aiokafka import TopicPartition
 
-from icefloe.coordinator.batcher import (
-    OffsetSet,
-    SourceEvent,
-    TableBatcher,
-)
+from icefloe.coordinator.batcher import OffsetSet, SourceEvent, TableBatcher
 from icefloe.coordinator.history import source_key
 
 

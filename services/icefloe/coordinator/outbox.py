@@ -18,24 +18,12 @@ from collections.abc import Sequence
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaError, MessageSizeTooLargeError
 
-from icefloe.coordinator.batcher import (
-    SourceEvent,
-)
-from icefloe.coordinator.config import (
-    BACKOFF,
-    CoordinatorConfig,
-)
+from icefloe.coordinator.batcher import SourceEvent
+from icefloe.coordinator.config import BACKOFF, CoordinatorConfig
 from icefloe.coordinator.metrics import CoordinatorMetrics
 from icefloe.coordinator.offsets import PartitionState
-from icefloe.errors import (
-    EventRejectedError,
-)
-from icefloe.events import (
-    DeadLetter,
-    TableCommitted,
-    encode_event,
-    event_key,
-)
+from icefloe.errors import EventRejectedError
+from icefloe.events import DeadLetter, TableCommitted, encode_event, event_key
 from icefloe.retry import Retry, RetryEvent
 
 log = logging.getLogger("icefloe.coordinator")

@@ -15,10 +15,7 @@ from icefloe.binding import bind
 from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
 from icefloe.commit_index import summary_commit_ids as summary_commit_ids
 from icefloe.datafile import DataFile, DataFileContent
-from icefloe.errors import (
-    ValidationConflictError,
-    ValidationError,
-)
+from icefloe.errors import ValidationConflictError, ValidationError
 from icefloe.evaluators import MetricsEvaluator, StrictMetricsEvaluator, compile_row_filter
 from icefloe.expressions import BooleanExpression
 from icefloe.metadata import TableMetadata

@@ -9,7 +9,8 @@ attempt, and commits found done announced again. It needs the consume side only 
 :class:`TableHost` (the consumer group, :mod:`icefloe.coordinator.consumer_group`, is one), so
 the dependency points one way: the group creates workers, workers never import the group.
 
-About 700 lines: one class whose methods are the steps of one table's life, each short.
+About 850 lines: one class (about 690) whose methods are the steps of one table's life, each
+short, and the protocol that is its view of the service.
 """
 
 from __future__ import annotations
@@ -38,25 +39,13 @@ from icefloe.coordinator.batcher import (
 )
 from icefloe.coordinator.commit_hooks import CommitHooks
 from icefloe.coordinator.committer import CommitOutcome, TableCommitter
-from icefloe.coordinator.config import (
-    BACKOFF,
-    CoordinatorConfig,
-)
+from icefloe.coordinator.config import BACKOFF, CoordinatorConfig
 from icefloe.coordinator.metrics import CoordinatorMetrics
 from icefloe.coordinator.offsets import ConsumedRecord, PartitionState
 from icefloe.coordinator.upsert import KeyIndexOpener
 from icefloe.datafile import DataFile
-from icefloe.errors import (
-    EventRejectedError,
-    NotFoundError,
-    ValidationError,
-)
-from icefloe.events import (
-    CommitRequested,
-    FilesWritten,
-    TableCommitted,
-    now_ms,
-)
+from icefloe.errors import EventRejectedError, NotFoundError, ValidationError
+from icefloe.events import CommitRequested, FilesWritten, TableCommitted, now_ms
 from icefloe.manifest_reader import ManifestReader
 from icefloe.retry import Retry, RetryEvent
 from icefloe.snapshot import Snapshot, Summary

@@ -55,11 +55,7 @@ from icefloe.row_lineage import with_lineage_fields, with_row_lineage
 from icefloe.schema import Schema
 from icefloe.spark.tasks import OUTPUT_BATCH_ROWS, TaskIO, schema_from_json
 from icefloe.transforms import IdentityTransform
-from icefloe.types import (
-    IcebergType,
-    NestedField,
-    StructType,
-)
+from icefloe.types import IcebergType, NestedField, StructType
 
 READ_TASK_COLUMN = "task"
 

@@ -27,26 +27,16 @@ from icefloe.catalog import Catalog, Table, TableIdentifier
 from icefloe.commit import commit_with_retry
 from icefloe.commit_index import CommitIndex
 from icefloe.datafile import DataFile
-from icefloe.errors import (
-    NotFoundError,
-)
-from icefloe.events import (
-    FilesWritten,
-    encode_event,
-)
+from icefloe.errors import NotFoundError
+from icefloe.events import FilesWritten, encode_event
 from icefloe.metadata import TableMetadata
 from icefloe.metadata_builder import MetadataBuilder
 from icefloe.schema import Schema
 from icefloe.schema_update import UpdateSchema
 from icefloe.spark.channel import BACKGROUND
-from icefloe.spark.types import (
-    spark_to_iceberg_type,
-)
+from icefloe.spark.types import spark_to_iceberg_type
 from icefloe.spark.write_tasks import is_job_file
-from icefloe.types import (
-    NestedField,
-    StructType,
-)
+from icefloe.types import NestedField, StructType
 
 log = logging.getLogger("icefloe.spark")
 
