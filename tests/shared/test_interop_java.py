@@ -219,7 +219,8 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
 ) -> None:
     """The icefloe Spark reader's task code (no Spark needed) on Java's DV scan tasks."""
     from icefloe.content_file import content_file_to_json
-    from icefloe.spark.tasks import ReadJob, ScanTaskReader, TaskIO
+    from icefloe.spark.read_tasks import ReadJob, ScanTaskReader
+    from icefloe.spark.tasks import TaskIO
 
     history = java_histories[3]
     table = load(history.warehouse, history.name)
@@ -267,7 +268,8 @@ def test_spark_read_tasks_read_java_row_lineage_for_a_rewrite(
     inherited ids, and the explicit ones Java's updates wrote, before deletes drop rows."""
     from icefloe.content_file import content_file_to_json
     from icefloe.row_lineage import LINEAGE_NAMES
-    from icefloe.spark.tasks import ReadJob, ScanTaskReader, TaskIO
+    from icefloe.spark.read_tasks import ReadJob, ScanTaskReader
+    from icefloe.spark.tasks import TaskIO
 
     history = java_histories[3]
     table = load(history.warehouse, history.name)

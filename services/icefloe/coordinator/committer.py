@@ -3,41 +3,9 @@ snapshot, exactly once.
 
 Exactly once, from the table side
 ---------------------------------
-Every snapshot the coordinator commits records, in its summary (keys under ``icefloe.``,
-which events refuse in writers' snapshot properties):
-
-``icefloe.commit-ids``
-    JSON list of the commit ids the snapshot applied.
-``icefloe.offsets``
-    JSON object ``{"<topic>/<partition>": next}``: the source partition's *safe resume
-    point* for this table at commit time (the smallest offset of any of the table's events
-    not yet done, else the partition position). Every event of the table below it is done
-    (committed in this snapshot's history, or dead-lettered), so a consumer that takes the
-    partition over skips the table's events below it. Entries of other partitions are
-    carried forward from the parent, so the newest snapshot knows every partition.
-``icefloe.positions``
-    JSON object ``{"<topic>/<partition>": position}``: the partition position the committer
-    had read up to, carried forward as a running maximum along the branch. Any snapshot
-    that contains a unit was committed after all of that unit's events were read, so its
-    position is above the unit's offsets; the running maximum makes that true of every later
-    snapshot too. Walking back from the branch head, the first snapshot whose position is at
-    or below the smallest offset of a batch therefore ends the search: neither it nor its
-    ancestors can contain the batch. (A resume point alone cannot bound the search: one
-    event pending for long holds it down while later commits keep landing.)
-
-``icefloe.topic-ids``
-    JSON object ``{"<topic>/<partition>": "<topic id>"}``: the Kafka topic id (KIP-516) of
-    the source partition whose resume point the snapshot records, carried forward with the
-    offsets. A resume point is a statement about one incarnation of the topic.
-
-Offsets only mean something within one incarnation of a topic: after deleting and
-re-creating the events topic under the same name, its offsets restart at 0 and the recorded
-resume points would skip new events. The coordinator therefore checks, when it loads a
-table, that the topic id recorded beside the resume point is the topic's id now (whatever
-the new topic's end offset), and that the recorded position is not beyond the partition's
-end offset (brokers without topic ids, truncation); if either fails, the topic was
-re-created (or truncated), the resume point is not trusted, nothing is skipped by offset,
-and the dedup index (commit ids) alone keeps commits exactly once.
+What each snapshot records about its sources (``icefloe.commit-ids``, ``icefloe.offsets``,
+``icefloe.positions``, ``icefloe.topic-ids``) and how it is read is
+:mod:`icefloe.coordinator.history`.
 
 Offsets decide only what is *skipped*; whether a commit id is applied is decided by the
 dedup index (:mod:`icefloe.commit_index`) over every snapshot the table lists, which is
@@ -52,36 +20,45 @@ builds on removes what another committer already did. An unknown swap outcome is
 reloading and looking for this attempt's snapshot id and then for the commit ids, never by a
 blind retry.
 
-Commit stages
--------------
-A commit passes three stages: ``after-manifests`` (manifests and manifest list written),
-``after-metadata`` (the new metadata file written, the pointer not yet swapped) and
-``after-swap``. The committer tells a :class:`CommitHooks` observer of each; the default one
-does nothing. Tests install one that ends the process at a stage (see
-``tests/services/coordinator/crashing_coordinator.py``) to prove the protocol; nothing in
-the shipped service does. ``after-metadata`` is seen by wrapping the catalog's FileIO
-(:func:`install_commit_hooks`), only for observers that ask for it; on file-system tables
-writing the metadata file *is* the swap, so that stage only means something for metastore
-catalogs (Redis, DynamoDB).
+Commit stages (``after-manifests``, ``after-metadata``, ``after-swap``) are told to a
+:class:`~icefloe.coordinator.commit_hooks.CommitHooks` observer
+(:mod:`icefloe.coordinator.commit_hooks`). Events' files are checked by
+:mod:`icefloe.coordinator.event_checks`; overwrite filters are
+:mod:`icefloe.coordinator.overwrite_filters`.
+
+Why a module, and why about 1,000 lines: :class:`TableCommitter` is the commit protocol of
+one table (load, check every unit on every base, resolve upserts, commit with one
+conditional swap, resolve unknown outcomes by reloading); its methods are the steps of that
+one protocol and share its state (the live-file set, the dedup index, the key index), and
+the snapshot producer that builds each attempt is its private helper.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from icefloe.binding import bind
-from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
+from icefloe.catalog import Catalog, Table, TableIdentifier
 from icefloe.commit import CommitStats, RetryPolicy
 from icefloe.commit_index import DEDUP_WINDOW_MS_DEFAULT, CommitIndex, ledger_properties
 from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
 from icefloe.commit_index import summary_commit_ids as summary_commit_ids
 from icefloe.coordinator.batcher import Unit
+from icefloe.coordinator.commit_hooks import COMMITTING, CommitHooks
+from icefloe.coordinator.event_checks import check_metrics, check_path
+from icefloe.coordinator.history import (
+    DEFAULT_HISTORY_LIMIT,
+    SUMMARY_OFFSETS,
+    SUMMARY_POSITIONS,
+    SUMMARY_TOPIC_IDS,
+    History,
+)
+from icefloe.coordinator.overwrite_filters import overwrite_filter, replace_partitions_filter
 from icefloe.coordinator.upsert import (
     KeyIndexOpener,
     UnitRefused,
@@ -100,396 +77,22 @@ from icefloe.errors import (
     ValidationConflictError,
     ValidationError,
 )
-from icefloe.evaluators import MetricsEvaluator, StrictMetricsEvaluator, compile_row_filter
+from icefloe.evaluators import MetricsEvaluator, compile_row_filter
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
-from icefloe.expressions import BooleanExpression
-from icefloe.fileio import FileInfo, FileIO
 from icefloe.key_index import KeyIndex
-from icefloe.locations import within_any
 from icefloe.manifest import ManifestEntryStatus
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
-from icefloe.projection import inclusive_projection, strict_projection
+from icefloe.projection import inclusive_projection
 from icefloe.retry import Backoff, Retry, RetryEvent, RetryState
-from icefloe.schema import Schema
 from icefloe.snapshot import Operation, Snapshot
-from icefloe.snapshot_producer import FileFilter, SnapshotProducer
-from icefloe.types import DoubleType, FloatType, PrimitiveType
-from icefloe.values import from_bytes
+from icefloe.snapshot_producer import SnapshotProducer
 
 log = logging.getLogger(__name__)
 
-SUMMARY_OFFSETS = "icefloe.offsets"
-SUMMARY_POSITIONS = "icefloe.positions"
-SUMMARY_TOPIC_IDS = "icefloe.topic-ids"
-
-DEFAULT_HISTORY_LIMIT = 10_000
-"""How many snapshots a history walk may visit before giving up on proving absence."""
 
 _INCREMENTAL_LIMIT = 1000
 """Beyond this many new snapshots the live-file set is rebuilt rather than patched."""
-
-COMMIT_STAGES = ("after-manifests", "after-metadata", "after-swap")
-
-
-def source_key(topic: str, partition: int) -> str:
-    """How a source partition is named in the summary maps."""
-    return f"{topic}/{partition}"
-
-
-# -- commit stages -----------------------------------------------------------------------
-
-
-class CommitHooks:
-    """An observer of a commit's stages (see the module docstring); this one does nothing.
-
-    ``after-manifests`` and ``after-swap`` are always reported; ``after-metadata`` only to
-    observers that list it in ``stages``, since seeing it costs a FileIO wrapper
-    (:func:`install_commit_hooks`).
-    """
-
-    stages: frozenset[str] = frozenset()
-
-    def on_stage(self, stage: str) -> None:
-        """Called when a commit reaches ``stage``, one of :data:`COMMIT_STAGES`."""
-
-
-_COMMITTING: contextvars.ContextVar[CommitHooks | None] = contextvars.ContextVar(
-    "icefloe_committing", default=None
-)
-
-
-class StageFileIO(FileIO):
-    """Delegates to ``inner``; inside a commit, tells its hooks ``after-metadata`` once a
-    metadata file has been written (before the catalog swaps its pointer to it)."""
-
-    def __init__(self, inner: FileIO) -> None:
-        self.inner = inner
-
-    async def read(self, path: str) -> bytes:
-        return await self.inner.read(path)
-
-    async def read_range(self, path: str, start: int, length: int) -> bytes:
-        return await self.inner.read_range(path, start, length)
-
-    async def write(self, path: str, data: bytes) -> None:
-        await self.inner.write(path, data)
-
-    async def write_once(self, path: str, data: bytes) -> None:
-        await self.inner.write_once(path, data)
-        hooks = _COMMITTING.get()
-        if hooks is not None and path.endswith(".metadata.json"):
-            hooks.on_stage("after-metadata")
-
-    async def delete(self, path: str) -> None:
-        await self.inner.delete(path)
-
-    async def exists(self, path: str) -> bool:
-        return await self.inner.exists(path)
-
-    async def size(self, path: str) -> int:
-        return await self.inner.size(path)
-
-    async def list(self, prefix: str) -> AsyncIterator[FileInfo]:
-        async for info in self.inner.list(prefix):
-            yield info
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-
-def install_commit_hooks(catalog: Catalog, hooks: CommitHooks) -> None:
-    """Wrap the catalog's FileIO when ``hooks`` wants to hear ``after-metadata``."""
-    if "after-metadata" in hooks.stages and not isinstance(catalog.io, StageFileIO):
-        catalog.io = StageFileIO(catalog.io)
-
-
-# -- summaries and history ---------------------------------------------------------------
-
-
-def _json_map(summary: Mapping[str, str] | None, key: str) -> dict[str, int] | None:
-    """An ``icefloe.*`` offset map, or None when absent or not ours (junk is ignored)."""
-    if summary is None or key not in summary:
-        return None
-    try:
-        obj = json.loads(summary[key])
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(obj, dict):
-        return None
-    return {str(k): v for k, v in obj.items() if isinstance(v, int) and not isinstance(v, bool)}
-
-
-def _json_strs(raw: str | None) -> dict[str, str]:
-    """A JSON object of strings (junk and non-strings ignored)."""
-    try:
-        obj = json.loads(raw) if raw is not None else None
-    except (TypeError, ValueError):
-        return {}
-    return (
-        {str(k): v for k, v in obj.items() if isinstance(v, str)} if isinstance(obj, dict) else {}
-    )
-
-
-def summary_offsets(snapshot: Snapshot) -> dict[str, int] | None:
-    return _json_map(snapshot.summary, SUMMARY_OFFSETS)
-
-
-def summary_positions(snapshot: Snapshot) -> dict[str, int] | None:
-    return _json_map(snapshot.summary, SUMMARY_POSITIONS)
-
-
-class History:
-    """Ancestry walks over one table metadata, with snapshots indexed by id once."""
-
-    def __init__(self, metadata: TableMetadata, limit: int = DEFAULT_HISTORY_LIMIT) -> None:
-        self.metadata = metadata
-        self.limit = limit
-        self._by_id = {s.snapshot_id: s for s in metadata.snapshots}
-
-    def snapshot(self, snapshot_id: int) -> Snapshot | None:
-        return self._by_id.get(snapshot_id)
-
-    def branch_heads(self) -> dict[str, Snapshot]:
-        out = {}
-        for name, ref in self.metadata.refs.items():
-            snapshot = self._by_id.get(ref.snapshot_id)
-            if ref.is_branch and snapshot is not None:
-                out[name] = snapshot
-        return out
-
-    def ancestry(self, branch: str) -> Iterator[Snapshot]:
-        """The branch head and its parents, newest first, up to ``limit`` snapshots."""
-        ref = self.metadata.refs.get(branch)
-        yield from self.ancestry_of(None if ref is None else ref.snapshot_id)
-
-    def ancestry_of(self, snapshot_id: int | None) -> Iterator[Snapshot]:
-        seen: set[int] = set()
-        current = None if snapshot_id is None else self._by_id.get(snapshot_id)
-        while current is not None and current.snapshot_id not in seen:
-            if len(seen) >= self.limit:
-                return
-            seen.add(current.snapshot_id)
-            yield current
-            parent = current.parent_snapshot_id
-            current = None if parent is None else self._by_id.get(parent)
-
-    def latest_maps(self, branch: str) -> tuple[dict[str, int], dict[str, int]]:
-        """The offsets and positions maps a new snapshot on ``branch`` carries forward."""
-        offsets: dict[str, int] | None = None
-        positions: dict[str, int] | None = None
-        for snapshot in self.ancestry(branch):
-            if offsets is None:
-                offsets = summary_offsets(snapshot)
-            if positions is None:
-                positions = summary_positions(snapshot)
-            if offsets is not None and positions is not None:
-                break
-        return offsets or {}, positions or {}
-
-    def latest_topic_ids(self, branch: str) -> dict[str, str]:
-        """The topic ids map a new snapshot on ``branch`` carries forward."""
-        for snapshot in self.ancestry(branch):
-            raw = snapshot.summary.get(SUMMARY_TOPIC_IDS) if snapshot.summary else None
-            if raw is not None:
-                return _json_strs(raw)
-        return {}
-
-    def committed(self, branch: str, source: str, min_offset: int) -> dict[str, int]:
-        """Commit ids (to their snapshot ids) that may concern events at or after
-        ``min_offset`` of ``source``: the walk stops at the first snapshot whose recorded
-        position for the source is at or below it (see the module docstring).
-
-        This proves only that *those events* were not committed, not that a commit id was
-        not (a retry's events sit above every recorded position), so it no longer decides
-        anything: whether a commit id is applied is the dedup index's question
-        (:class:`~icefloe.commit_index.CommitIndex`). It stays as the benchmark's peer."""
-        found: dict[str, int] = {}
-        for snapshot in self.ancestry(branch):
-            positions = summary_positions(snapshot)
-            if positions is not None and positions.get(source, min_offset + 1) <= min_offset:
-                break
-            for commit_id in summary_commit_ids(snapshot):
-                found.setdefault(commit_id, snapshot.snapshot_id)
-        return found
-
-    def recorded_position(self, source: str) -> int | None:
-        """The highest partition position any branch recorded for ``source``: for the same
-        incarnation of the topic it can never be above the partition's end offset."""
-        best: int | None = None
-        for branch in self.branch_heads():
-            for snapshot in self.ancestry(branch):
-                positions = summary_positions(snapshot)
-                if positions is not None and source in positions:
-                    value = positions[source]
-                    best = value if best is None else max(best, value)
-                    break
-        return best
-
-    def resume_by_incarnation(self, source: str) -> dict[str | None, int]:
-        """The highest resume point the branches recorded for ``source``, by the topic id
-        recorded beside it (None: recorded before topic ids were)."""
-        best: dict[str | None, int] = {}
-        for branch in self.branch_heads():
-            for snapshot in self.ancestry(branch):
-                offsets = summary_offsets(snapshot)
-                if offsets is not None and source in offsets:
-                    ids = snapshot.summary.get(SUMMARY_TOPIC_IDS) if snapshot.summary else None
-                    topic_id = _json_strs(ids).get(source)
-                    best[topic_id] = max(best.get(topic_id, offsets[source]), offsets[source])
-                    break
-        return best
-
-    def resume_point(self, source: str) -> int | None:
-        """The highest resume point any branch recorded for ``source``; every one is a true
-        statement (what was done stays done), so the highest is the most useful."""
-        best: int | None = None
-        for branch in self.branch_heads():
-            for snapshot in self.ancestry(branch):
-                offsets = summary_offsets(snapshot)
-                if offsets is not None and source in offsets:
-                    value = offsets[source]
-                    best = value if best is None else max(best, value)
-                    break
-        return best
-
-
-# -- checks on events --------------------------------------------------------------------
-
-
-def check_path(metadata: TableMetadata, path: str, table: str) -> None:
-    """Refuse paths with ``..`` segments or outside the table's location (or data path)."""
-    segments = path.split("/")
-    if ".." in segments or "." in segments[3:]:
-        raise EventRejectedError(
-            "bad-path", f"file {path!r} of table {table} has a '.' or '..' path segment"
-        )
-    roots = {metadata.location, data_dir(metadata)}
-    if not within_any(path, roots):
-        raise EventRejectedError(
-            "bad-path",
-            f"file {path!r} is outside the location of table {table} "
-            f"({metadata.location!r}); writers must write under it",
-        )
-
-
-def _comparable(t: PrimitiveType) -> bool:
-    return not isinstance(t, FloatType | DoubleType)
-
-
-def check_metrics(data_file: DataFile, schema: Schema, table: str) -> None:
-    """Counts and bounds that contradict each other or the schema (beyond
-    :meth:`DataFile.validate`, which the decoder already ran)."""
-    where = f"table {table}: file {data_file.file_path!r}"
-
-    def bad(what: str) -> EventRejectedError:
-        return EventRejectedError("invalid-counts", f"{where}: {what}")
-
-    if data_file.record_count > 0 and data_file.file_size_in_bytes == 0:
-        raise bad(f"'record-count' is {data_file.record_count} but 'file-size-in-bytes' is 0")
-    for name, counts in (
-        ("column-sizes", data_file.column_sizes),
-        ("value-counts", data_file.value_counts),
-        ("null-value-counts", data_file.null_value_counts),
-        ("nan-value-counts", data_file.nan_value_counts),
-        ("lower-bounds", data_file.lower_bounds),
-        ("upper-bounds", data_file.upper_bounds),
-    ):
-        for fid in counts or {}:
-            if schema.find_field(fid) is None:
-                raise bad(f"{name!r} names column id {fid}, not in schema {schema.schema_id}")
-    values = data_file.value_counts or {}
-    nulls = data_file.null_value_counts or {}
-    nans = data_file.nan_value_counts or {}
-    for fid, n in (*values.items(), *nulls.items()):
-        if n > data_file.record_count and not schema.is_in_list_or_map(fid):
-            raise bad(
-                f"column {fid} counts {n} value(s) in a file of {data_file.record_count} record(s)"
-            )
-    for fid, n in nans.items():
-        total = values.get(fid)
-        if total is not None and n + nulls.get(fid, 0) > total:
-            raise bad(
-                f"column {fid}: {n} NaN and {nulls.get(fid, 0)} null value(s) exceed its "
-                f"{total} value(s)"
-            )
-    lowers = data_file.lower_bounds or {}
-    uppers = data_file.upper_bounds or {}
-    for fid in lowers.keys() & uppers.keys():
-        t = schema.find_type(fid)
-        if not isinstance(t, PrimitiveType) or not _comparable(t):
-            continue
-        try:
-            low, high = from_bytes(t, lowers[fid]), from_bytes(t, uppers[fid])
-        except (ValidationError, ValueError):
-            raise bad(f"bounds of column {fid} cannot be read as {t}") from None
-        if low > high:
-            raise bad(f"column {fid}: lower bound {low!r} is above upper bound {high!r}")
-    for offset in data_file.split_offsets or ():
-        if offset < 0 or offset >= max(data_file.file_size_in_bytes, 1):
-            raise bad(
-                f"split offset {offset} is outside the file of "
-                f"{data_file.file_size_in_bytes} byte(s)"
-            )
-    if data_file.equality_ids:
-        for fid in data_file.equality_ids:
-            if schema.find_field(fid) is None:
-                raise bad(f"equality id {fid} is not a column of schema {schema.schema_id}")
-
-
-# -- overwrite filters -------------------------------------------------------------------
-
-
-def overwrite_filter(metadata: TableMetadata, expr: BooleanExpression) -> FileFilter:
-    """Which live files an overwrite by ``expr`` removes.
-
-    A file whose rows all match (by partition or by metrics) is removed; one that cannot
-    hold a match is kept; a data file that may hold both refuses the overwrite, since
-    removing it would drop rows the filter keeps.
-    """
-    schema = metadata.schema()
-    bind(schema, expr)  # a filter naming unknown columns fails here, with the column named
-    strict_rows = StrictMetricsEvaluator(schema, expr)
-    may_rows = MetricsEvaluator(schema, expr, include_empty_files=True)
-    per_spec: dict[int, tuple[Any, Any]] = {}
-
-    def partition_tests(spec_id: int, base: TableMetadata) -> tuple[Any, Any]:
-        tests = per_spec.get(spec_id)
-        if tests is None:
-            spec = base.spec_by_id(spec_id)
-            if spec is None:
-                raise ValidationError(f"partition spec {spec_id} is not a spec of the table")
-            tests = (
-                compile_row_filter(strict_projection(schema, spec)(expr)),
-                compile_row_filter(inclusive_projection(schema, spec)(expr)),
-            )
-            per_spec[spec_id] = tests
-        return tests
-
-    def removes(data_file: DataFile, base: TableMetadata) -> bool:
-        strict_part, may_part = partition_tests(data_file.spec_id, base)
-        if strict_part(data_file.partition) or strict_rows.eval(data_file):
-            return True
-        if data_file.content != DataFileContent.DATA:
-            return False
-        if not may_part(data_file.partition) or not may_rows.eval(data_file):
-            return False
-        raise ValidationConflictError(
-            f"data file {data_file.file_path} may hold rows both matching and not matching "
-            "the overwrite filter; rewrite it before overwriting by this filter"
-        )
-
-    return removes
-
-
-def replace_partitions_filter(added: Sequence[DataFile]) -> FileFilter:
-    """Dynamic overwrite: remove every live file in a partition the new files write."""
-    partitions = {(f.spec_id, f.partition) for f in added}
-
-    def removes(data_file: DataFile, base: TableMetadata) -> bool:
-        return (data_file.spec_id, data_file.partition) in partitions
-
-    return removes
 
 
 # -- the committer -----------------------------------------------------------------------
@@ -930,7 +533,7 @@ class TableCommitter:
         # (storage, catalog, a conflict storm) is retried below, forever, on a fresh base.
         transient = self._transient_retry().start()
         while remaining:
-            token = _COMMITTING.set(self.hooks)
+            token = COMMITTING.set(self.hooks)
             producer: _UnitsProducer | None = None
             committed_ok = False
             try:
@@ -978,7 +581,7 @@ class TableCommitter:
                 await self._backoff(e, transient)
                 continue
             finally:
-                _COMMITTING.reset(token)
+                COMMITTING.reset(token)
                 if producer is not None:
                     _add_stats(outcome.stats, producer.stats)
                     if producer.upsert is not None and not committed_ok:

@@ -21,12 +21,20 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from icefloe.commit_index import DEDUP_WINDOW_MS_DEFAULT
+from icefloe.retry import Backoff
 from icefloe.runtime import kafka as kafka_settings
 from icefloe.runtime import logs
 from icefloe.runtime import settings as settings_flags
 from icefloe.runtime.kafka import KafkaSettings
 
 ENV_PREFIX = "ICEFLOE_"
+
+_BACKOFF_MIN_S = 0.1
+_BACKOFF_MAX_S = 10.0
+
+# Retries of storage, catalog and Kafka calls: 0.2s, 0.4s, ... up to 10s, until they pass.
+# Not a setting: every waiting loop of the service (table workers, the outbox) shares it.
+BACKOFF = Backoff(_BACKOFF_MIN_S, _BACKOFF_MAX_S, jitter=False)
 
 
 class CoordinatorConfig(BaseSettings, KafkaSettings):

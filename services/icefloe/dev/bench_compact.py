@@ -38,7 +38,7 @@ from icefloe.catalog import Table
 from icefloe.catalog_uri import load_catalog
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.dev.bench import BenchContext, Figure, Kind, Timing, benchmark
-from icefloe.dev.bench_spark import _session
+from icefloe.dev.bench_spark import spark_session
 from icefloe.dev.spark_demo_job import TRIPS_SCHEMA, run_sync, taxi_trips
 from icefloe.fileio import LocalFileIO
 from icefloe.manifest_cache import ManifestCache
@@ -144,7 +144,7 @@ def spark_compact_benchmark(ctx: BenchContext) -> list[Figure]:
     """Compaction rows/s beside Spark's plain rewrite; planning before and after."""
     rows = ctx.size("rows", full=1_000_000, quick=100_000)
     batches = ctx.size("batches", full=40, quick=10)
-    spark, owned = _session()
+    spark, owned = spark_session()
     root = Path(tempfile.mkdtemp(prefix="icefloe-bench-compact-"))
     uri = f"file://{root / 'warehouse'}"
     config = SparkConfig(catalog=uri)

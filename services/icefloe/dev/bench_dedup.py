@@ -39,7 +39,7 @@ from icefloe.commit_index import (
     ledger_properties,
     summary_commit_ids,
 )
-from icefloe.coordinator.committer import SUMMARY_OFFSETS, SUMMARY_POSITIONS, History
+from icefloe.coordinator.history import SUMMARY_OFFSETS, SUMMARY_POSITIONS, History
 from icefloe.dedup_ledger import LEDGER_PROPERTY, extend_ledger, ledger_entry
 from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
 from icefloe.metadata import TableMetadata, parse_table_metadata

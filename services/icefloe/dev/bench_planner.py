@@ -329,7 +329,8 @@ class PyIceberg:
         return [t.file.file_path for t in scan.plan_files()]
 
 
-def _pyiceberg_filter(expr: dict[str, Any] | None) -> Any:
+def pyiceberg_filter(expr: dict[str, Any] | None) -> Any:
+    """The PyIceberg expression of an icefloe expression JSON (None for no filter)."""
     if expr is None:
         return None
     from pydantic import TypeAdapter
@@ -399,7 +400,7 @@ def _size_figures(ctx: BenchContext, generated: Generated, label: str) -> list[F
         figures = []
         for scan_name, expr in scans(generated.files).items():
             row_filter = None if expr is None else parse_expression(expr)
-            py_filter = _pyiceberg_filter(expr)
+            py_filter = pyiceberg_filter(expr)
             cold = _Last(partial(ours.plan, row_filter, None))
             warm = _Last(partial(ours.plan, row_filter, ours.warm_cache))
             restart = _Last(partial(_plan_restarted, ours, row_filter))

@@ -43,7 +43,7 @@ from typing import Any
 
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.dev.bench import BenchContext, Figure, Kind, Timing, benchmark
-from icefloe.dev.bench_planner import PyIceberg, _pyiceberg_filter, generate, scans
+from icefloe.dev.bench_planner import PyIceberg, generate, pyiceberg_filter, scans
 from icefloe.dev.local_stack import free_port
 from icefloe.errors import IcefloeError
 from icefloe.fileio import LocalFileIO
@@ -572,7 +572,7 @@ async def _service_figures(
     selective = scans(files)["selective"]
     assert selective is not None
     pyiceberg = PyIceberg(generated)
-    py_filter = _pyiceberg_filter(selective)
+    py_filter = pyiceberg_filter(selective)
     peer_runs = 3
     started, cpu = time.perf_counter(), time.process_time()
     for _ in range(peer_runs):

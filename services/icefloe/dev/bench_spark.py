@@ -39,7 +39,8 @@ MASTER_ENV = "ICEFLOE_BENCH_SPARK_MASTER"
 TASKS = 2
 
 
-def _session() -> tuple[SparkSession, bool]:
+def spark_session() -> tuple[SparkSession, bool]:
+    """The active Spark session, else a new local one; and whether the caller owns it."""
     active = SparkSession.getActiveSession()
     if active is not None:
         return active, False
@@ -128,7 +129,7 @@ def _figure(
 def spark_write_benchmark(ctx: BenchContext) -> list[Figure]:
     """Rows per second written from Spark: icefloe's writer beside df.write.parquet."""
     rows = ctx.size("rows", full=2_000_000, quick=200_000)
-    spark, owned = _session()
+    spark, owned = spark_session()
     root = Path(tempfile.mkdtemp(prefix="icefloe-bench-spark-"))
     try:
         config = SparkConfig(catalog=f"file://{root / 'warehouse'}")

@@ -47,7 +47,8 @@ import pyarrow.compute as pc
 from icefloe.catalog import Table
 from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.batcher import PendingFiles, Unit
-from icefloe.coordinator.committer import TableCommitter, source_key
+from icefloe.coordinator.committer import TableCommitter
+from icefloe.coordinator.history import source_key
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten

@@ -3,16 +3,15 @@
 ``spark.create_table(...)``, ``spark.set_identifier_fields(...)`` and ``spark.shutdown()``. The implementation lives in the modules of this package."""
 
 from icefloe.spark.channel import CommitChannel, shutdown
+from icefloe.spark.compaction import compact
 from icefloe.spark.reader import PlannerClient, PlanningError, ScanPlan, read
+from icefloe.spark.streaming import BATCH_ID_PROPERTY, foreach_batch_sink
 from icefloe.spark.tables import create_table, schema_of, set_identifier_fields
 from icefloe.spark.types import iceberg_to_spark_type, spark_schema, spark_to_iceberg_type
 from icefloe.spark.writer import (
-    BATCH_ID_PROPERTY,
     StagedWrite,
     check_dataframe_schema,
     commit_staged,
-    compact,
-    foreach_batch_sink,
     stage_write,
     write,
 )

@@ -126,18 +126,21 @@ class _Background:
         self.channel_locks.clear()
 
 
-_BACKGROUND = _Background()
+# The one background event loop (and its catalogs and channels) of this driver process.
+BACKGROUND = _Background()
 
 
 def shutdown() -> None:
     """Close the Kafka clients and catalogs this process opened for Spark jobs."""
-    _BACKGROUND.shutdown()
+    BACKGROUND.shutdown()
 
 
 atexit.register(shutdown)
 
 
-def _settings(spark: SparkSession, config: ConfigArg) -> SparkConfig:
+def resolve_settings(spark: SparkSession, config: ConfigArg) -> SparkConfig:
+    """The settings a job runs with: ``config`` as given, else ``spark.icefloe.*`` launch and
+    session settings, then ``ICEFLOE_*`` environment variables."""
     if isinstance(config, SparkConfig):
         return config
     # Launch settings, then session settings (spark.conf.set) on top.

@@ -7,9 +7,9 @@ coordinator, so a compaction is serialized with the streaming appends of the sam
 any other commit and never races them on the catalog.
 
 Each task reads its group's data files with the reader's own code
-(:class:`~icefloe.spark.tasks.ScanTaskReader`: position deletes, then equality deletes, null
+(:class:`~icefloe.spark.read_tasks.ScanTaskReader`: position deletes, then equality deletes, null
 matching null), optionally sorts the rows by the table's sort order, and writes them with the
-writer's :class:`~icefloe.spark.tasks.FanoutWriter` (Parquet with field ids and column
+writer's :class:`~icefloe.spark.write_tasks.FanoutWriter` (Parquet with field ids and column
 metrics, rolling at the target size). Output file names carry ``<job id>-b<group>`` so every
 file of a group can be found, and deleted, by listing, whatever attempt wrote it.
 
@@ -71,27 +71,19 @@ from icefloe.partition import PartitionSpec
 from icefloe.row_lineage import LINEAGE_NAMES, with_lineage_fields, without_lineage_metrics
 from icefloe.schema import Schema
 from icefloe.sort_order import NullOrder, SortDirection, SortOrder
-from icefloe.spark.channel import _BACKGROUND, ConfigArg, _settings
+from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.config import SparkConfig
-from icefloe.spark.tasks import (
-    READ_TASK_COLUMN,
-    FanoutWriter,
-    ReadJob,
-    ScanTaskReader,
-    TaskInfo,
-    TaskIO,
-    WriteJob,
-    column_by_id,
-    task_hooks,
+from icefloe.spark.read_tasks import READ_TASK_COLUMN, ReadJob, ScanTaskReader, column_by_id
+from icefloe.spark.staging import (
+    attempts_may_have_failed,
+    delete_job_files,
+    delete_paths,
+    load_for_write,
+    split_events,
 )
-from icefloe.spark.types import FilterArg, _filter_json, _map_in_arrow
-from icefloe.spark.writer import (
-    _attempts_may_have_failed,
-    _delete,
-    _delete_job_files,
-    _load_for_write,
-    _split_events,
-)
+from icefloe.spark.tasks import TaskInfo, TaskIO, task_hooks
+from icefloe.spark.types import FilterArg, filter_to_json, map_in_arrow
+from icefloe.spark.write_tasks import FanoutWriter, WriteJob
 
 log = logging.getLogger("icefloe.spark.compact")
 
@@ -280,7 +272,7 @@ def _task_json(group: FileGroup, metadata: TableMetadata, schema: Schema) -> lis
 
 
 def _where(where: FilterArg) -> BooleanExpression | None:
-    raw = _filter_json(where)
+    raw = filter_to_json(where)
     if raw is None or raw is True:
         return None
     return parse_expression(raw)
@@ -335,8 +327,8 @@ class StagedCompaction:
 
     def discard(self) -> None:
         """Delete every file of this compaction (it will not be committed)."""
-        _BACKGROUND.run(
-            _delete_job_files(self.catalog_uri, self.job_id, self.directories, keep=set())
+        BACKGROUND.run(
+            delete_job_files(self.catalog_uri, self.job_id, self.directories, keep=set())
         )
 
 
@@ -354,14 +346,14 @@ def stage_compaction(
     :func:`compact` is this followed by :func:`commit_compaction`.
     """
     started = time.monotonic()
-    settings = _settings(spark, config)
+    settings = resolve_settings(spark, config)
     uri = settings.require_catalog()
     identifier = TableIdentifier.parse(table)
-    loaded, catalog = _BACKGROUND.run(_load_for_write(uri, identifier, None))
+    loaded, catalog = BACKGROUND.run(load_for_write(uri, identifier, None))
     metadata = loaded.metadata
     policy = CompactionPolicy.for_table(metadata, options)
     order = _sort_order(metadata, sort)
-    plan = _BACKGROUND.run(plan_compaction(loaded, where=_where(where), policy=policy))
+    plan = BACKGROUND.run(plan_compaction(loaded, where=_where(where), policy=policy))
     schema, spec = metadata.schema(), metadata.spec()
     job_id = uuid.uuid4().hex
     directories = {data_dir(metadata)}
@@ -420,7 +412,7 @@ def stage_compaction(
         job_id,
     )
     try:
-        collected = _map_in_arrow(
+        collected = map_in_arrow(
             tasks_df, functools.partial(compact_task, job), COMPACT_RESULT_SCHEMA
         ).collect()
     except Exception:
@@ -436,7 +428,7 @@ def stage_compaction(
         out.attempt_id = f"{job_id}:{row.stage_id}:{row.task_attempt_id}"
         out.files.append(content_file_from_json(json.loads(row.file), specs=specs, schema=schema))
         stages.add(row.stage_id)
-    staged.needs_listing = _attempts_may_have_failed(spark, stages)
+    staged.needs_listing = attempts_may_have_failed(spark, stages)
     try:
         _check_row_counts(staged.outputs)
     except ValidationError:
@@ -562,7 +554,7 @@ def _commit_chunk(
                     identifier, commit_id, settings.writer_id, attempt_id, schema, spec, p
                 )
 
-            events.extend(_split_events(make, part, settings.event_max_bytes))
+            events.extend(split_events(make, part, settings.event_max_bytes))
     request = CommitRequested(
         table=str(identifier),
         commit_id=commit_id,
@@ -577,28 +569,28 @@ def _commit_chunk(
     group_ids = [group_job_id(job_id, o.index) for o in chunk]
 
     async def run() -> TableCommitted:
-        channel = await _BACKGROUND.channel(settings)
+        channel = await BACKGROUND.channel(settings)
         return await channel.commit(events, request, timeout_s)
 
     async def discard(keep: set[str], orphans: Sequence[str] = ()) -> None:
         try:
-            await _delete(uri, [p for p in ours if p not in keep])
+            await delete_paths(uri, [p for p in ours if p not in keep])
             if needs_listing or not keep:
                 for gid in group_ids:
-                    await _delete_job_files(uri, gid, directories, keep=keep)
+                    await delete_job_files(uri, gid, directories, keep=keep)
             if orphans:
-                await _delete(uri, [p for p in orphans if p not in keep])
+                await delete_paths(uri, [p for p in orphans if p not in keep])
         except IcefloeError as e:
             log.warning("clean-up of compaction %s left files behind: %s", commit_id, e)
 
     try:
-        committed = _BACKGROUND.run(run())
+        committed = BACKGROUND.run(run())
     except EventRejectedError as e:
-        _BACKGROUND.run(discard(set()))
+        BACKGROUND.run(discard(set()))
         log.warning("compaction commit %s of %s was refused: %s", commit_id, identifier, e)
         result.failed.append(str(e))
         return
-    _BACKGROUND.run(discard(ours, committed.orphan_files))
+    BACKGROUND.run(discard(ours, committed.orphan_files))
     result.committed.append(committed.snapshot_id)
     result.rewritten_data_files += len(rewritten)
     result.rewritten_delete_files += len(drops)

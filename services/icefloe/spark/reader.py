@@ -37,18 +37,14 @@ from icefloe.expressions import (
 from icefloe.expressions import visit as visit_expression
 from icefloe.metadata import TableMetadata
 from icefloe.retry import Backoff, Retry
-from icefloe.spark.channel import _BACKGROUND, ConfigArg, _settings
+from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.config import SparkConfig
-from icefloe.spark.tasks import (
-    READ_TASK_COLUMN,
-    ReadJob,
-    read_task,
-)
+from icefloe.spark.read_tasks import READ_TASK_COLUMN, ReadJob, read_task
 from icefloe.spark.types import (
     FilterArg,
-    _arrow_schema_of,
-    _filter_json,
-    _map_in_arrow,
+    arrow_schema_of,
+    filter_to_json,
+    map_in_arrow,
     spark_schema,
 )
 
@@ -253,7 +249,7 @@ async def _load_for_read(
     settings: SparkConfig, identifier: TableIdentifier
 ) -> tuple[TableMetadata, dict[str, str]]:
     if settings.catalog:
-        catalog = await _BACKGROUND.catalog(settings.catalog)
+        catalog = await BACKGROUND.catalog(settings.catalog)
         table = await catalog.load_table(identifier)
         return table.metadata, dict(catalog.properties)
     return await _planner(settings).load_table(identifier)
@@ -298,9 +294,9 @@ def read(
     ``branch``) time-travels, reading with the schema of that snapshot; ``columns`` (dotted
     names allowed) projects.
     """
-    settings = _settings(spark, config)
+    settings = resolve_settings(spark, config)
     identifier = TableIdentifier.parse(table)
-    metadata, io_properties = _BACKGROUND.run(_load_for_read(settings, identifier))
+    metadata, io_properties = BACKGROUND.run(_load_for_read(settings, identifier))
     if snapshot_id is not None and branch is not None:
         raise ValidationError("pass snapshot_id or branch, not both")
     snapshot = (
@@ -316,7 +312,7 @@ def read(
         schema = metadata.schema_by_id(snapshot.schema_id) or schema
     projected = schema.select(list(columns), case_sensitive) if columns else schema
     out_schema = spark_schema(projected)
-    filter_json = _filter_json(filter)
+    filter_json = filter_to_json(filter)
     filter_names: set[str] = set()
     if filter_json is not None:
         try:
@@ -336,7 +332,7 @@ def read(
     if filter_json is not None:
         request["filter"] = filter_json
     wait_s = settings.planner_timeout_s if settings.catalog else 0.0
-    plan = _BACKGROUND.run(_plan_when_visible(_planner(settings), identifier, request, wait_s))
+    plan = BACKGROUND.run(_plan_when_visible(_planner(settings), identifier, request, wait_s))
     if not plan.tasks:
         return spark.createDataFrame([], out_schema)
     # Rows are read with the filter's and the equality deletes' columns too, then projected.
@@ -361,7 +357,7 @@ def read(
         specs_json=json.dumps([s.to_json() for s in metadata.partition_specs]),
         table_location=metadata.location,
         io_properties=io_properties,
-        output_schema=_arrow_schema_of(out_schema, timezone),
+        output_schema=arrow_schema_of(out_schema, timezone),
         case_sensitive=case_sensitive,
     )
     slices = max(1, min(len(plan.tasks), 4 * spark.sparkContext.defaultParallelism))
@@ -373,4 +369,4 @@ def read(
     tasks_df = spark.createDataFrame(
         rdd, st.StructType([st.StructField(READ_TASK_COLUMN, st.StringType())])
     )
-    return _map_in_arrow(tasks_df, functools.partial(read_task, job), out_schema)
+    return map_in_arrow(tasks_df, functools.partial(read_task, job), out_schema)

@@ -22,7 +22,7 @@ from icefloe.keyed_table import set_identifier_fields as set_table_identifier_fi
 from icefloe.keyed_table import with_identifier_fields
 from icefloe.partition import parse_partition_spec
 from icefloe.schema import Schema
-from icefloe.spark.channel import _BACKGROUND, ConfigArg, _settings
+from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.types import spark_to_iceberg_type
 from icefloe.types import NestedField
 
@@ -60,14 +60,14 @@ def create_table(
     ``identifier_fields`` names the key columns (dotted when nested) that make the table
     keyed, for ``write(..., mode="upsert" | "delete")``.
     """
-    settings = _settings(spark, config)
+    settings = resolve_settings(spark, config)
     iceberg = schema if isinstance(schema, Schema) else schema_of(schema, format_version)
     if identifier_fields:
         iceberg = with_identifier_fields(iceberg, identifier_fields, format_version)
     spec = parse_partition_spec(partition_by, iceberg)
 
     async def create() -> Table:
-        catalog = await _BACKGROUND.catalog(settings.require_catalog())
+        catalog = await BACKGROUND.catalog(settings.require_catalog())
         return await catalog.create_table(
             table,
             iceberg,
@@ -77,7 +77,7 @@ def create_table(
             format_version=format_version,
         )
 
-    return _BACKGROUND.run(create())
+    return BACKGROUND.run(create())
 
 
 def set_identifier_fields(
@@ -89,13 +89,13 @@ def set_identifier_fields(
 ) -> Table:
     """Make ``columns`` the identifier fields of an existing table (a new current schema);
     an empty list makes it unkeyed. The updated table."""
-    settings = _settings(spark, config)
+    settings = resolve_settings(spark, config)
 
     async def evolve() -> Table:
-        catalog = await _BACKGROUND.catalog(settings.require_catalog())
+        catalog = await BACKGROUND.catalog(settings.require_catalog())
         return await set_table_identifier_fields(catalog, table, list(columns))
 
-    return _BACKGROUND.run(evolve())
+    return BACKGROUND.run(evolve())
 
 
 __all__ = ["create_table", "schema_of", "set_identifier_fields"]

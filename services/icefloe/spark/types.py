@@ -176,7 +176,9 @@ def spark_to_iceberg_type(
     )
 
 
-def _arrow_schema_of(df_schema: st.StructType, timezone: str) -> pa.Schema:
+def arrow_schema_of(df_schema: st.StructType, timezone: str) -> pa.Schema:
+    """The Arrow schema Spark hands a DataFrame's rows to Python in (a ValidationError
+    naming the column when Spark cannot)."""
     from pyspark.errors import PySparkException
     from pyspark.sql.pandas.types import to_arrow_schema
 
@@ -189,9 +191,7 @@ def _arrow_schema_of(df_schema: st.StructType, timezone: str) -> pa.Schema:
         ) from None
 
 
-def _map_in_arrow(
-    df: DataFrame, func: Callable[..., Any], schema: str | st.StructType
-) -> DataFrame:
+def map_in_arrow(df: DataFrame, func: Callable[..., Any], schema: str | st.StructType) -> DataFrame:
     """``df.mapInArrow`` without PySpark's pandas requirement (Arrow is all it uses).
 
     PySpark builds the UDF behind ``mapInArrow`` with ``pandas_udf``, which insists on
@@ -214,7 +214,8 @@ def _map_in_arrow(
     return df.mapInArrow(func, schema)
 
 
-def _filter_json(expr: FilterArg) -> Any:
+def filter_to_json(expr: FilterArg) -> Any:
+    """A filter argument (an expression, its JSON text or parsed JSON) as expression JSON."""
     if expr is None:
         return None
     if isinstance(expr, BooleanExpression):

@@ -6,7 +6,7 @@ The driver never writes table metadata. It loads the table (schema, spec, proper
 the catalog, checks the DataFrame against the schema by name (missing required columns and
 incompatible types fail here, before any task runs; ``merge_schema=True`` first adds the
 DataFrame's new columns to the table), and runs one Spark job whose tasks write Parquet data
-files (:mod:`icefloe.spark.tasks`). Each task returns its files' content-file JSON and its
+files (:mod:`icefloe.spark.write_tasks`). Each task returns its files' content-file JSON and its
 task attempt id; Spark hands the driver the rows of exactly one successful attempt per
 partition, so the collected rows are the files to commit.
 
@@ -32,7 +32,7 @@ which also numbers them in arrival order), the rows are repartitioned by key so 
 change of a key meets in one task, and each task folds its changes to the last one per key
 (:func:`icefloe.spark.changes.fold`) and writes the surviving rows as data files
 (partitioned as the table) plus one *key file* naming every key it touched
-(:func:`icefloe.spark.tasks.change_task`). The commit-requested's operation is
+(:func:`icefloe.spark.write_tasks.change_task`). The commit-requested's operation is
 ``upsert``: the coordinator removes each key's old row (deletion vectors on v3, position
 deletes on v2) and adds the new ones in one snapshot. Key files are never committed: once
 the outcome is decided (committed, acknowledged as a replay, or rejected) the driver
@@ -41,8 +41,8 @@ the coordinator may still commit and reads them when it does. A task's refusal (
 given twice without ``order_by``, an unknown operation, a null key) reaches the caller
 as a ValidationError with the task's message, and the job's files are deleted.
 
-Exactly once for streams (:func:`foreach_batch_sink`)
-----------------------------------------------------
+Exactly once for streams (:func:`icefloe.spark.streaming.foreach_batch_sink`)
+----------------------------------------------------------------------------
 A micro-batch's commit id is ``<query id or sink id>:<batch id>``, stable across restarts
 from a checkpoint. The sink skips a batch whose commit id the table's history already
 records, and the coordinator acknowledges a commit id it already applied instead of
@@ -50,8 +50,11 @@ committing it again; when that happens, the replay's own files are found absent 
 acknowledged snapshot and deleted.
 
 The Spark types (:mod:`icefloe.spark.types`), the driver's event loop and commit channel
-(:mod:`icefloe.spark.channel`) and reading (:mod:`icefloe.spark.reader`) are modules of their
-own.
+(:mod:`icefloe.spark.channel`), the staging protocol writes share with compaction (loading
+the table, splitting events, deleting a job's files: :mod:`icefloe.spark.staging`), the
+streaming sink (:mod:`icefloe.spark.streaming`), what runs in the tasks
+(:mod:`icefloe.spark.write_tasks`) and reading (:mod:`icefloe.spark.reader`) are modules of
+their own.
 
 Configuration comes from :class:`~icefloe.spark.config.SparkConfig`: ``config=`` arguments,
 then ``spark.icefloe.*`` session settings, then ``ICEFLOE_*`` environment variables.
@@ -66,26 +69,23 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as st
 
 from icefloe.arrow_schema import conform_table
 from icefloe.binding import bind
-from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
-from icefloe.commit import commit_with_retry
-from icefloe.commit_index import CommitIndex
+from icefloe.catalog import TableIdentifier, data_dir
 from icefloe.content_file import content_file_from_json
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import (
     CommitStateUnknownError,
     EventRejectedError,
     IcefloeError,
-    NotFoundError,
     ValidationError,
 )
 from icefloe.events import (
@@ -93,7 +93,6 @@ from icefloe.events import (
     CommitRequested,
     FilesWritten,
     TableCommitted,
-    encode_event,
 )
 from icefloe.expression_json import expression_to_json, parse_expression
 from icefloe.expressions import (
@@ -101,38 +100,37 @@ from icefloe.expressions import (
 )
 from icefloe.keyed_table import key_fields
 from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import MetadataBuilder
 from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
-from icefloe.schema_update import UpdateSchema
 from icefloe.spark.changes import (
     ARRIVAL_COLUMN,
     OP_COLUMN,
     ChangeSpec,
     Envelope,
 )
-from icefloe.spark.channel import _BACKGROUND, ConfigArg, _settings
+from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.config import SparkConfig
-from icefloe.spark.tasks import (
+from icefloe.spark.staging import (
+    attempts_may_have_failed,
+    committed_in,
+    delete_job_files,
+    delete_paths,
+    load_for_write,
+    split_events,
+)
+from icefloe.spark.types import (
+    FilterArg,
+    arrow_schema_of,
+    filter_to_json,
+    map_in_arrow,
+)
+from icefloe.spark.write_tasks import (
     WRITE_RESULT_SCHEMA,
     WriteJob,
     change_rows_task,
     change_task,
-    is_job_file,
     prepare_input,
     write_task,
-)
-from icefloe.spark.types import (
-    FilterArg,
-    _arrow_schema_of,
-    _filter_json,
-    _map_in_arrow,
-    spark_to_iceberg_type,
-)
-from icefloe.types import (
-    NestedField,
-    StructType,
 )
 
 log = logging.getLogger("icefloe.spark")
@@ -140,11 +138,6 @@ log = logging.getLogger("icefloe.spark")
 WriteMode = Literal["append", "overwrite", "overwrite-partitions", "upsert", "delete"]
 KEYED_MODES = ("upsert", "delete")
 OrderArg = str | Sequence[str] | None
-
-STREAMING_QUERY_ID_PROPERTY = "sql.streaming.queryId"
-"""The local property Spark sets to the streaming query's id while a batch runs."""
-BATCH_ID_PROPERTY = "spark.streaming.batch-id"
-QUERY_ID_PROPERTY = "spark.streaming.query-id"
 
 
 # ---------------------------------------------------------------------------------------
@@ -188,8 +181,8 @@ class StagedWrite:
 
     def discard(self) -> None:
         """Delete every file of this job (it will not be committed)."""
-        _BACKGROUND.run(
-            _delete_job_files(self.catalog_uri, self.job_id, self.directories, keep=set())
+        BACKGROUND.run(
+            delete_job_files(self.catalog_uri, self.job_id, self.directories, keep=set())
         )
 
     @property
@@ -199,77 +192,10 @@ class StagedWrite:
         return {f.file_path.rsplit("/", 1)[0] for f in written} or {self.data_dir}
 
 
-def _merged_struct(table: StructType, incoming: st.StructType) -> tuple[StructType, bool]:
-    """The table's struct plus the incoming fields it lacks (by name, recursively into
-    structs); the table's own fields are kept exactly, so nothing is promoted or loosened."""
-    by_name = {f.name: f for f in table.fields}
-    fields = list(table.fields)
-    changed = False
-    counter = iter(range(1_000_000_000, 2_000_000_000))
-    for incoming_field in incoming.fields:
-        existing = by_name.get(incoming_field.name)
-        if existing is None:
-            new_type = spark_to_iceberg_type(
-                incoming_field.dataType, lambda: next(counter), incoming_field.name
-            )
-            fields.append(NestedField(next(counter), incoming_field.name, new_type))
-            changed = True
-        elif isinstance(existing.field_type, StructType) and isinstance(
-            incoming_field.dataType, st.StructType
-        ):
-            merged, child_changed = _merged_struct(existing.field_type, incoming_field.dataType)
-            if child_changed:
-                fields[fields.index(existing)] = existing.replace(field_type=merged)
-                changed = True
-    return StructType(*fields), changed
-
-
-async def _evolve_schema(catalog: Catalog, table: Table, incoming: st.StructType) -> Table:
-    """Add the DataFrame's new columns to the table (optional, fresh ids), if it has any."""
-
-    async def build(base: Table) -> TableMetadata:
-        metadata = base.metadata
-        schema = metadata.schema()
-        merged, changed = _merged_struct(schema.struct, incoming)
-        if not changed:
-            return metadata
-        update = UpdateSchema(schema, metadata.last_column_id, metadata.format_version)
-        new_schema, last_column_id = update.union_by_name(Schema.from_struct(merged)).apply()
-        return (
-            MetadataBuilder(metadata)
-            .add_schema(new_schema, last_column_id)
-            .set_current_schema(-1)
-            .build(base.metadata_location)
-        )
-
-    def applied(current: Table) -> bool:
-        return not _merged_struct(current.metadata.schema().struct, incoming)[1]
-
-    if applied(table):
-        return table
-    evolved = await commit_with_retry(catalog, table, build, applied)
-    log.info(
-        "evolved the schema of %s to schema %d for new DataFrame columns",
-        table.identifier,
-        evolved.metadata.current_schema_id,
-    )
-    return evolved
-
-
-async def _load_for_write(
-    uri: str, identifier: TableIdentifier, incoming: st.StructType | None
-) -> tuple[Table, Catalog]:
-    catalog = await _BACKGROUND.catalog(uri)
-    table = await catalog.load_table(identifier)
-    if incoming is not None:
-        table = await _evolve_schema(catalog, table, incoming)
-    return table, catalog
-
-
 def check_dataframe_schema(df_schema: st.StructType, schema: Schema, timezone: str = "UTC") -> None:
     """Raise a ValidationError if rows of ``df_schema`` cannot be written to ``schema``:
     unknown or duplicate columns, missing required columns, incompatible types."""
-    empty = _arrow_schema_of(df_schema, timezone).empty_table()
+    empty = arrow_schema_of(df_schema, timezone).empty_table()
     conform_table(prepare_input(empty, schema), schema)
 
 
@@ -279,7 +205,7 @@ def _operation(mode: str, overwrite_filter: FilterArg) -> tuple[CommitOperation,
             raise ValidationError("overwrite_filter is only allowed with mode='overwrite'")
         return CommitOperation.APPEND, None
     if mode == "overwrite":
-        flt = _filter_json(overwrite_filter)
+        flt = filter_to_json(overwrite_filter)
         return CommitOperation.OVERWRITE, (expression_to_json(AlwaysTrue()) if flt is None else flt)
     if mode == "overwrite-partitions":
         if overwrite_filter is not None:
@@ -432,18 +358,6 @@ def _change_plan(
     return spec, changes
 
 
-def _split_events(
-    make: Callable[[list[DataFile]], FilesWritten], files: list[DataFile], max_bytes: int
-) -> list[FilesWritten]:
-    event = make(files)
-    if len(files) <= 1 or len(encode_event(event)) <= max_bytes:
-        return [event]
-    half = len(files) // 2
-    return _split_events(make, files[:half], max_bytes) + _split_events(
-        make, files[half:], max_bytes
-    )
-
-
 def stage_write(
     df: DataFrame,
     table: str | TableIdentifier,
@@ -464,7 +378,7 @@ def stage_write(
     ``delete``, which fold the rows by key first and also write key files (see
     :func:`write`); ``order_by``, ``op_column`` and ``envelope`` describe their changes.
     """
-    settings = _settings(df.sparkSession, config)
+    settings = resolve_settings(df.sparkSession, config)
     uri = settings.require_catalog()
     identifier = TableIdentifier.parse(table)
     timezone = df.sparkSession.conf.get("spark.sql.session.timeZone") or "UTC"
@@ -478,8 +392,8 @@ def stage_write(
         raise ValidationError(f"merge_schema is not supported with mode={mode!r}")
     if envelope == "debezium":
         df = _debezium_payload(df)
-    loaded, catalog = _BACKGROUND.run(
-        _load_for_write(uri, identifier, df.schema if merge_schema else None)
+    loaded, catalog = BACKGROUND.run(
+        load_for_write(uri, identifier, df.schema if merge_schema else None)
     )
     metadata = loaded.metadata
     schema, spec = metadata.schema(), metadata.spec()
@@ -514,14 +428,14 @@ def stage_write(
         io_properties=dict(catalog.properties),
     )
     if change is None:
-        result = _map_in_arrow(df, functools.partial(write_task, job), WRITE_RESULT_SCHEMA)
+        result = map_in_arrow(df, functools.partial(write_task, job), WRITE_RESULT_SCHEMA)
     else:
         change_spec, change_schema = change
-        rows_of_changes = _map_in_arrow(
+        rows_of_changes = map_in_arrow(
             df, functools.partial(change_rows_task, change_spec), change_schema
         )
         by_key = _by_key(df, rows_of_changes, change_spec)
-        result = _map_in_arrow(
+        result = map_in_arrow(
             by_key, functools.partial(change_task, job, change_spec), WRITE_RESULT_SCHEMA
         )
     try:
@@ -529,7 +443,7 @@ def stage_write(
     except Exception as e:
         log.warning("Spark job %s writing %s failed; deleting its files", job.job_id, identifier)
         with contextlib.suppress(Exception):
-            _BACKGROUND.run(_delete_job_files(uri, job.job_id, {job.data_dir}, keep=set()))
+            BACKGROUND.run(delete_job_files(uri, job.job_id, {job.data_dir}, keep=set()))
         refused = task_validation_error(e)
         if refused is not None:
             raise ValidationError(f"cannot write this DataFrame to {identifier}: {refused}") from e
@@ -560,7 +474,7 @@ def stage_write(
                     [f for f in part if f.content != DataFileContent.DATA],
                 )
 
-            events.extend(_split_events(make, chunk, settings.event_max_bytes))
+            events.extend(split_events(make, chunk, settings.event_max_bytes))
     written = [f for fs in by_attempt.values() for f in fs]
     files = [f for f in written if f.content == DataFileContent.DATA]
     key_files = [f for f in written if f.content != DataFileContent.DATA]
@@ -575,7 +489,7 @@ def stage_write(
         files=files,
         events=events,
         attempt_ids=tuple(sorted(by_attempt)),
-        needs_listing=_attempts_may_have_failed(df.sparkSession, stages),
+        needs_listing=attempts_may_have_failed(df.sparkSession, stages),
         catalog_uri=uri,
         config=settings,
         key_files=key_files,
@@ -623,50 +537,10 @@ def task_validation_error(error: BaseException) -> str | None:
     return found[-1].strip() if found else None
 
 
-def _attempts_may_have_failed(spark: SparkSession, stages: Iterable[int]) -> bool:
-    """Whether some task attempt may have left files behind: Spark saw failed tasks or stage
-    retries, or speculation may have run duplicates. Unknown counts as yes."""
-    context = spark.sparkContext
-    if (context.getConf().get("spark.speculation") or "false").lower() == "true":
-        return True
-    tracker = context.statusTracker()
-    for stage_id in stages:
-        info = tracker.getStageInfo(stage_id)
-        if info is None or info.numFailedTasks > 0 or info.currentAttemptId > 0:
-            return True
-    return False
-
-
-async def _delete_job_files(
-    uri: str, job_id: str, directories: Iterable[str], keep: set[str]
-) -> list[str]:
-    """Delete the job's files under ``directories`` that are not in ``keep``."""
-    catalog = await _BACKGROUND.catalog(uri)
-    deleted: list[str] = []
-    for directory in sorted(set(directories)):
-        try:
-            async for info in catalog.io.list(directory):
-                if is_job_file(info.path, job_id) and info.path not in keep:
-                    await catalog.io.delete(info.path)
-                    deleted.append(info.path)
-        except NotFoundError:
-            continue
-    if deleted:
-        log.info("deleted %d uncommitted file(s) of job %s", len(deleted), job_id)
-    return deleted
-
-
-async def _delete(uri: str, paths: Iterable[str]) -> None:
-    catalog = await _BACKGROUND.catalog(uri)
-    for path in paths:
-        with contextlib.suppress(NotFoundError):
-            await catalog.io.delete(path)
-
-
 async def _snapshot_adds_any(uri: str, committed: TableCommitted, paths: set[str]) -> bool:
     """Whether the acknowledged snapshot added any of ``paths``; True when it cannot tell,
     so that files are only ever deleted when they are certainly not in the table."""
-    catalog = await _BACKGROUND.catalog(uri)
+    catalog = await BACKGROUND.catalog(uri)
     metadata = await catalog.read_metadata(committed.metadata_location)
     snapshot = metadata.snapshot_by_id(committed.snapshot_id)
     if snapshot is None:
@@ -733,7 +607,7 @@ def commit_staged(
             ) from None
     if not staged.events and filter_json is None:
         log.info("nothing to commit to %s (the DataFrame was empty)", staged.identifier)
-        _BACKGROUND.run(_cleanup(staged, committed=None))
+        BACKGROUND.run(_cleanup(staged, committed=None))
         return None
     request = commit_request(
         staged, mode, overwrite_filter, branch=branch, snapshot_properties=snapshot_properties
@@ -741,16 +615,16 @@ def commit_staged(
     timeout = timeout_s if timeout_s is not None else settings.commit_timeout_s
 
     async def run() -> TableCommitted:
-        channel = await _BACKGROUND.channel(settings)
+        channel = await BACKGROUND.channel(settings)
         return await channel.commit(staged.events, request, timeout)
 
     started = time.monotonic()
     try:
-        committed = _BACKGROUND.run(run())
+        committed = BACKGROUND.run(run())
     except (EventRejectedError, CommitStateUnknownError) as e:
         # Before retrying, giving up or deleting anything, ask the table itself: the
         # commit id may be in it (a lost announcement, or a replay refused as such).
-        holder = _BACKGROUND.run(_committed_in(uri, staged.identifier, staged.commit_id))
+        holder = BACKGROUND.run(committed_in(uri, staged.identifier, staged.commit_id))
         if holder is not None:
             log.warning(
                 "commit id %s of %s is in the table (snapshot %d) although the coordinator "
@@ -761,10 +635,10 @@ def commit_staged(
                 type(e).__name__,
                 e,
             )
-            _BACKGROUND.run(_cleanup(staged, committed=None, only_not_live=True))
+            BACKGROUND.run(_cleanup(staged, committed=None, only_not_live=True))
             return holder
         if isinstance(e, EventRejectedError):
-            _BACKGROUND.run(_cleanup(staged, committed=None, only_not_live=True))
+            BACKGROUND.run(_cleanup(staged, committed=None, only_not_live=True))
         raise
     log.info(
         "committed %d file(s), %d row(s) to %s as snapshot %d in %.0f ms (commit id %s)",
@@ -779,7 +653,7 @@ def commit_staged(
         ours = staged.paths
         # An acknowledgement from the dedup ledger (snapshot expired since) cannot say
         # which files the commit added: delete only what the table does not hold.
-        if committed.snapshot_expired or not _BACKGROUND.run(
+        if committed.snapshot_expired or not BACKGROUND.run(
             _snapshot_adds_any(uri, committed, ours)
         ):
             log.info(
@@ -790,17 +664,17 @@ def commit_staged(
                 committed.snapshot_id,
                 len(ours),
             )
-            _BACKGROUND.run(
+            BACKGROUND.run(
                 _cleanup(staged, committed=None, orphans=committed.orphan_files, only_not_live=True)
             )
             return committed.snapshot_id
-    _BACKGROUND.run(_cleanup(staged, committed=committed, orphans=committed.orphan_files))
+    BACKGROUND.run(_cleanup(staged, committed=committed, orphans=committed.orphan_files))
     return committed.snapshot_id
 
 
 async def _live_files(uri: str, identifier: TableIdentifier) -> set[str]:
     """Every file live in any branch or tag of the table (read from its manifests)."""
-    catalog = await _BACKGROUND.catalog(uri)
+    catalog = await BACKGROUND.catalog(uri)
     table = await catalog.load_table(identifier)
     metadata = table.metadata
     reader = ManifestReader(catalog.io)
@@ -838,17 +712,17 @@ async def _cleanup(
             keep = (
                 await _live_files(staged.catalog_uri, staged.identifier) if only_not_live else set()
             )
-            await _delete_job_files(staged.catalog_uri, staged.job_id, staged.directories, keep)
-            await _delete(staged.catalog_uri, [p for p in staged.paths if p not in keep])
+            await delete_job_files(staged.catalog_uri, staged.job_id, staged.directories, keep)
+            await delete_paths(staged.catalog_uri, [p for p in staged.paths if p not in keep])
         elif staged.needs_listing:
-            await _delete_job_files(
+            await delete_job_files(
                 staged.catalog_uri, staged.job_id, staged.directories, keep=staged.paths
             )
         # Key files are never in the table: once the outcome is decided (which is when
         # this runs), the coordinator has no more use for them.
-        await _delete(staged.catalog_uri, sorted(staged.key_paths))
+        await delete_paths(staged.catalog_uri, sorted(staged.key_paths))
         if orphans:
-            await _delete(staged.catalog_uri, [p for p in orphans if p not in staged.paths])
+            await delete_paths(staged.catalog_uri, [p for p in orphans if p not in staged.paths])
     except IcefloeError as e:
         log.warning("clean-up of job %s left files behind: %s", staged.job_id, e)
 
@@ -915,118 +789,11 @@ def write(
     )
 
 
-# ---------------------------------------------------------------------------------------
-# Structured Streaming
-# ---------------------------------------------------------------------------------------
-
-
-async def _committed_in(uri: str, identifier: TableIdentifier, commit_id: str) -> int | None:
-    """The snapshot of the table that recorded ``commit_id`` (any branch, any writer), if
-    any: the same rule the coordinator deduplicates by (:mod:`icefloe.commit_index`)."""
-    catalog = await _BACKGROUND.catalog(uri)
-    table = await catalog.load_table(identifier)
-    index = CommitIndex()
-    index.update(table.metadata)
-    return index.get(commit_id)
-
-
-def foreach_batch_sink(
-    table: str | TableIdentifier,
-    *,
-    sink_id: str | None = None,
-    mode: Literal["append", "overwrite", "upsert", "delete"] = "append",
-    branch: str | None = None,
-    merge_schema: bool = False,
-    snapshot_properties: Mapping[str, str] | None = None,
-    config: ConfigArg = None,
-    timeout_s: float | None = None,
-    op_column: str | None = None,
-    order_column: OrderArg = None,
-    envelope: Envelope | None = None,
-) -> Callable[[DataFrame, int], None]:
-    """A ``foreachBatch`` function that commits each micro-batch to ``table`` exactly once.
-
-    The commit id is ``<sink_id>:<batch id>``; ``sink_id`` defaults to the streaming query's
-    id, which survives restarts from the same checkpoint. Give one explicitly when several
-    queries (or a new checkpoint) must share one sequence of batch ids. ``mode='overwrite'``
-    replaces the table's rows with each batch (for the complete output mode).
-
-    ``mode='upsert'`` applies each micro-batch to a keyed table as a change stream: with
-    ``op_column`` (Debezium's operations) or ``envelope='debezium'``, the last change of
-    each key within the batch wins by ``order_column`` (a source position such as the LSN,
-    or ``ts_ms``; then arrival order), a delete or tombstone removes the key, and a key may
-    be deleted and inserted again. Without ``op_column`` every row is an upsert (several
-    rows of one key are folded by ``order_column``, or by arrival order without one).
-    Batches commit in order, each after the one before.
-    """
-    identifier = TableIdentifier.parse(table)
-    if mode not in KEYED_MODES and (
-        op_column is not None or order_column is not None or envelope is not None
-    ):
-        raise ValidationError(
-            f"op_column, order_column and envelope describe a change stream; mode={mode!r} "
-            "takes none of them (use mode='upsert')"
-        )
-    # a stream holds the same key many times: without an ordering column, arrival decides
-    order_by: OrderArg = order_column
-    if mode == "upsert" and order_column is None:
-        order_by = ()
-
-    def sink(df: DataFrame, batch_id: int) -> None:
-        query_id = sink_id or df.sparkSession.sparkContext.getLocalProperty(
-            STREAMING_QUERY_ID_PROPERTY
-        )
-        if not query_id:
-            raise ValidationError(
-                f"foreach_batch_sink for {identifier} runs outside a streaming query: pass "
-                "sink_id so each batch gets a stable commit id"
-            )
-        commit_id = f"{query_id}:{batch_id}"
-        settings = _settings(df.sparkSession, config)
-        done = _BACKGROUND.run(_committed_in(settings.require_catalog(), identifier, commit_id))
-        if done is not None:
-            log.info(
-                "batch %d of %s is already in %s (snapshot %d): skipped",
-                batch_id,
-                query_id,
-                identifier,
-                done,
-            )
-            return
-        props = {BATCH_ID_PROPERTY: str(batch_id), QUERY_ID_PROPERTY: str(query_id)}
-        props.update(snapshot_properties or {})
-        write(
-            df,
-            identifier,
-            mode,
-            branch=branch,
-            merge_schema=merge_schema,
-            snapshot_properties=props,
-            commit_id=commit_id,
-            config=settings,
-            timeout_s=timeout_s,
-            order_by=order_by,
-            op_column=op_column,
-            envelope=envelope,
-        )
-
-    return sink
-
-
-def compact(spark: SparkSession, table: str | TableIdentifier, **kwargs: Any) -> Any:
-    """Compact ``table`` through the coordinator: :func:`icefloe.spark.compaction.compact`."""
-    from icefloe.spark.compaction import compact as run_compaction
-
-    return run_compaction(spark, table, **kwargs)
-
-
 __all__ = [
     "StagedWrite",
     "check_dataframe_schema",
     "commit_request",
     "commit_staged",
-    "compact",
-    "foreach_batch_sink",
     "stage_write",
     "write",
 ]

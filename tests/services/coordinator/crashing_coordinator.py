@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from icefloe.coordinator.committer import COMMIT_STAGES, CommitHooks
+from icefloe.coordinator.commit_hooks import COMMIT_STAGES, CommitHooks
 from icefloe.coordinator.service import main as coordinator_main
 
 CRASH_EXIT_STATUS = 137

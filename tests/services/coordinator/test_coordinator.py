@@ -31,8 +31,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
-from icefloe.coordinator.committer import SUMMARY_OFFSETS, SUMMARY_POSITIONS, summary_commit_ids
+from icefloe.coordinator.committer import summary_commit_ids
 from icefloe.coordinator.config import CoordinatorConfig
+from icefloe.coordinator.history import SUMMARY_OFFSETS, SUMMARY_POSITIONS
 from icefloe.coordinator.service import Coordinator
 from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
@@ -567,7 +568,7 @@ async def test_rebalances_between_replicas_hand_tables_over_exactly_once(
             async with running(second) as second_task:
                 # The group now splits the partitions: both replicas own some tables.
                 await wait_until(
-                    lambda: _true(0 < len(first.partitions) < PARTITIONS),
+                    lambda: _true(0 < len(first.group.partitions) < PARTITIONS),
                     "the partitions to be shared",
                     alive=task_alive(first_task),
                 )

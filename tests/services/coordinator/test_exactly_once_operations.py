@@ -40,7 +40,7 @@ from test_exactly_once import (
 )
 
 from icefloe.catalog import Catalog
-from icefloe.coordinator.committer import COMMIT_STAGES
+from icefloe.coordinator.commit_hooks import COMMIT_STAGES
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.dev.local_stack import LocalStack
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten, encode_event

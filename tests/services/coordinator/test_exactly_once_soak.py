@@ -43,7 +43,7 @@ from test_exactly_once import (
     originals,
 )
 
-from icefloe.coordinator.committer import COMMIT_STAGES
+from icefloe.coordinator.commit_hooks import COMMIT_STAGES
 from icefloe.dev.local_stack import S3Endpoint
 from icefloe.events import CommitOperation, CommitRequested, encode_event
 

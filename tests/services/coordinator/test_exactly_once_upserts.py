@@ -36,7 +36,7 @@ from test_upsert_service import CdcWriter
 from upsert_fixtures import KEYED_SCHEMA, Change, apply_fold, fold_batch, keyed_table, table_rows
 
 from icefloe.catalog import Catalog
-from icefloe.coordinator.committer import COMMIT_STAGES
+from icefloe.coordinator.commit_hooks import COMMIT_STAGES
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten, encode_event, event_key
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from hypothesis_budget import examples
 from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.commit import RetryPolicy
-from icefloe.coordinator import service
+from icefloe.coordinator import config
 from icefloe.coordinator.committer import TableCommitter
 from icefloe.fileio import LocalFileIO
 
@@ -19,7 +19,7 @@ from icefloe.fileio import LocalFileIO
 @given(failures=st.integers(1, 200))
 def test_service_backoff_doubles_from_a_fifth_of_a_second_to_ten(failures: int) -> None:
     before = min(10.0, 0.1 * (2 ** min(failures, 10)))  # the hand-written law it replaced
-    assert service._BACKOFF.delay(failures) == before
+    assert config.BACKOFF.delay(failures) == before
 
 
 @settings(max_examples=examples(200))

@@ -20,18 +20,9 @@ from hypothesis_budget import examples
 from icefloe.catalog import Catalog, Table
 from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.batcher import PendingFiles, Unit
-from icefloe.coordinator.committer import (
-    COMMIT_STAGES,
-    SUMMARY_COMMIT_IDS,
-    SUMMARY_OFFSETS,
-    SUMMARY_POSITIONS,
-    CommitHooks,
-    History,
-    TableCommitter,
-    install_commit_hooks,
-    source_key,
-    summary_commit_ids,
-)
+from icefloe.coordinator.commit_hooks import COMMIT_STAGES, CommitHooks, install_commit_hooks
+from icefloe.coordinator.committer import SUMMARY_COMMIT_IDS, TableCommitter, summary_commit_ids
+from icefloe.coordinator.history import SUMMARY_OFFSETS, SUMMARY_POSITIONS, History, source_key
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import CommitStateUnknownError, EventRejectedError
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
@@ -603,7 +594,7 @@ _CRASH_SCRIPT = textwrap.dedent(
     sys.path[:0] = [{tests!r}, {tests_root!r}]  # this folder's modules, tests/ (as conftest)
     from test_table_committer import make_env
     from crashing_coordinator import ExitAt
-    from icefloe.coordinator.committer import install_commit_hooks
+    from icefloe.coordinator.commit_hooks import install_commit_hooks
     from pathlib import Path
 
     async def main():

@@ -59,7 +59,7 @@ from icefloe.schema import Schema
 from icefloe.schema_update import UpdateSchema
 from icefloe.snapshot_producer import row_delta
 from icefloe.spark.config import SparkConfig
-from icefloe.spark.tasks import equality_delete_mask, filter_mask
+from icefloe.spark.read_tasks import equality_delete_mask, filter_mask
 from icefloe.types import (
     BooleanType,
     DateType,

@@ -31,7 +31,8 @@ from icefloe.parquet import read_data_file
 from icefloe.partition import PartitionSpec, PartitionSpecBuilder
 from icefloe.schema import Schema
 from icefloe.spark.changes import ChangeSpec
-from icefloe.spark.tasks import TaskInfo, WriteJob, change_rows_task, change_task, is_job_file
+from icefloe.spark.tasks import TaskInfo
+from icefloe.spark.write_tasks import WriteJob, change_rows_task, change_task, is_job_file
 from icefloe.spark.writer import StagedWrite, commit_request
 from icefloe.types import DoubleType, LongType, NestedField, StringType, StructType
 

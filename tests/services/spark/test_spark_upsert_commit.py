@@ -29,7 +29,7 @@ from hypothesis_budget import examples
 from icefloe.datafile import DataFileContent
 from icefloe.partition import PartitionSpecBuilder
 from icefloe.schema import Schema
-from icefloe.spark.tasks import is_job_file
+from icefloe.spark.write_tasks import is_job_file
 from icefloe.types import LongType, NestedField, StringType
 
 SCHEMA = Schema(

@@ -34,11 +34,10 @@ from icefloe.parquet import read_data_file
 from icefloe.partition import PartitionSpec, PartitionSpecBuilder
 from icefloe.schema import Schema
 from icefloe.spark.config import SparkConfig
-from icefloe.spark.tasks import (
+from icefloe.spark.tasks import TaskInfo, install_task_hooks
+from icefloe.spark.write_tasks import (
     WRITE_RESULT_ARROW,
-    TaskInfo,
     WriteJob,
-    install_task_hooks,
     is_job_file,
     job_file_name,
     prepare_input,
