@@ -724,6 +724,11 @@ class TableCommitter:
             self._key_index_for = wanted
         return self._key_index
 
+    def has_key_index(self, metadata: TableMetadata) -> bool:
+        """Whether the key index for ``metadata``'s location and identifier fields is open."""
+        wanted = (metadata.location, tuple(metadata.schema().identifier_field_ids))
+        return self._key_index is not None and self._key_index_for == wanted
+
     def discard_staged_keys(self) -> None:
         """An upsert attempt will not commit: the key index forgets the files it staged."""
         if self._key_index is not None:

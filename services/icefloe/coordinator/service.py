@@ -106,6 +106,7 @@ from icefloe.coordinator.committer import (
     install_commit_hooks,
     source_key,
 )
+from icefloe.coordinator.compactor import TableCompactor
 from icefloe.coordinator.config import CoordinatorConfig, add_arguments, overrides_from_args
 from icefloe.coordinator.maintenance import MaintenanceRunner, producer_publish, settings_from
 from icefloe.coordinator.upsert import KeyIndexOpener
@@ -340,6 +341,8 @@ class TableWorker:
             reader=coordinator.reader,
             open_key_index=coordinator.open_key_index,
         )
+        # Compaction between this table's commits (icefloe.coordinator.compactor).
+        self.compactor = TableCompactor(self.committer)
         self.inbox: deque[tuple[_Record, FilesWritten | CommitRequested]] = deque()
         self.task: asyncio.Task[None] | None = None
         self.wakeup = asyncio.Event()
@@ -410,6 +413,8 @@ class TableWorker:
             batch = self.batcher.take_batch(draining=coordinator.draining)
             if batch is not None:
                 await self._commit(batch)
+                if not self.partition.revoked and not coordinator.draining:
+                    await self.compactor.maybe_compact()
                 continue
             if self.inbox:
                 continue
