@@ -16,14 +16,17 @@ compacts the upsert tables it commits to, :mod:`icefloe.coordinator.compactor`):
 4. one ``replace`` snapshot removes the group's files (and delete files that applied only
    to them, :meth:`~icefloe.compaction.CompactionPlan.droppable_deletes`; a DV goes with its
    data file) and adds the new ones, through the snapshot producer with its rewrite
-   validation from the planned snapshot: a delete committed since on a replaced file
+   validation from the planned snapshot, with its manifests merged (small ones bin-packed
+   into one per spec and content, so the head is as cheap to plan as an appended table's):
+   a delete committed since on a replaced file
    (another engine's DELETE or MERGE) fails it with ValidationConflictError, and a removed
    file no longer live fails it too. Nothing is committed then, and the new files are
    deleted.
 
-Memory: one input file's bytes, one decoded row group, and the rows of the output file being
-written (the writer keeps them to measure NaN counts and long-string bounds), so about one
-target-size file decoded; groups are done one at a time. Parsing, masking and encoding run in
+Memory: one input file's bytes, the rows gathered for the next output row group
+(``write.parquet.row-group-size-bytes``), and the rows of the output file being written (the
+writer keeps them to measure NaN counts and long-string bounds), so about one target-size
+file decoded; groups are done one at a time. Parsing, masking and encoding run in
 worker threads (:func:`asyncio.to_thread`), never on the event loop.
 
 A group whose files carry equality deletes is left out (:func:`rewritable`): applying them
@@ -62,7 +65,7 @@ from icefloe.errors import (
 )
 from icefloe.fileio import FileIO
 from icefloe.parquet import ParquetFileWriter, data_location, read_data_file, read_row_groups
-from icefloe.parquet_options import target_file_size
+from icefloe.parquet_options import ParquetWriteOptions, target_file_size
 from icefloe.row_lineage import with_lineage_fields, with_row_lineage, without_lineage_metrics
 from icefloe.schema import Schema
 from icefloe.snapshot import Operation
@@ -162,7 +165,9 @@ class _DeleteCache:
 
 
 class _GroupWriter:
-    """New files for one group: rolls at the target size, uploads each when it closes."""
+    """New files for one group: rows are gathered into full row groups (an input file's row
+    groups are small on a streaming table, and a reader pays per row group), files roll at
+    the target size, and each closed file's bytes wait in ``closed`` for the upload."""
 
     def __init__(self, table: Table, group: FileGroup, write_schema: Schema, target: int) -> None:
         metadata = table.metadata
@@ -177,6 +182,9 @@ class _GroupWriter:
         self.partition = group.partition
         self.schema = write_schema
         self.target = target
+        options = ParquetWriteOptions.from_properties(metadata.properties, write_schema)
+        self.row_group_bytes = options.row_group_size_bytes
+        self.row_group_rows = options.row_group_limit
         base = data_location(metadata.location, metadata.properties)
         if spec.fields and not spec.is_unpartitioned:
             base = f"{base}/{spec.partition_path(group.partition, metadata.schema())}"
@@ -184,11 +192,25 @@ class _GroupWriter:
         self.count = 0
         self.writer: ParquetFileWriter | None = None
         self.buffer: io.BytesIO | None = None
+        self.pending: list[pa.Table] = []
+        self.pending_bytes = 0
+        self.pending_rows = 0
         self.closed: list[tuple[DataFile, bytes]] = []
 
     def write(self, rows: pa.Table) -> None:
         if rows.num_rows == 0:
             return
+        self.pending.append(rows)
+        self.pending_bytes += rows.nbytes
+        self.pending_rows += rows.num_rows
+        if self.pending_bytes >= self.row_group_bytes or self.pending_rows >= self.row_group_rows:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self.pending:
+            return
+        rows = pa.concat_tables(self.pending)
+        self.pending, self.pending_bytes, self.pending_rows = [], 0, 0
         if self.writer is None:
             self.count += 1
             self.buffer = io.BytesIO()
@@ -202,10 +224,14 @@ class _GroupWriter:
             )
         self.writer.write(rows)
         if self.writer.bytes_written >= self.target:
-            self.roll()
+            self._close()
 
-    def roll(self) -> None:
-        """Close the current file, if any (its bytes wait in ``closed`` for the upload)."""
+    def finish(self) -> None:
+        """Write what is gathered and close the last file."""
+        self._flush()
+        self._close()
+
+    def _close(self) -> None:
         if self.writer is None or self.buffer is None:
             return
         data_file = without_lineage_metrics(self.writer.close())
@@ -215,7 +241,7 @@ class _GroupWriter:
     def abort(self) -> None:
         if self.writer is not None:
             self.writer.abort()
-        self.writer, self.buffer = None, None
+        self.writer, self.buffer, self.pending = None, None, []
 
 
 async def rewrite_group(
@@ -245,7 +271,7 @@ async def rewrite_group(
             out.deleted_rows += await asyncio.to_thread(
                 _copy_live_rows, raw, task, mask, write_schema, row_lineage, writer
             )
-        await asyncio.to_thread(writer.roll)
+        await asyncio.to_thread(writer.finish)
     except BaseException:
         writer.abort()
         raise
@@ -335,10 +361,14 @@ async def rewrite_and_commit(
         raise
     removed = {p for g in groups for p in g.paths}
     droppable = [d.file_path for d in plan.droppable_deletes(removed)]
+    # Merged manifests: otherwise each manifest the rewrite touched stays beside the new
+    # one holding only its removals, and every reader of this snapshot opens them all.
     producer = SnapshotProducer(
         table,
         Operation.REPLACE,
         snapshot_properties={SUMMARY_REWRITE: "icefloe", **(snapshot_properties or {})},
+        merge_manifests=True,
+        merge_min_count=2,
     )
     producer.add_files([f for g in rewritten for f in g.files])
     producer.delete_files([*sorted(removed), *droppable])
