@@ -206,7 +206,7 @@ class TableCompactor:
 
     async def _run(self, policy: AutoCompactionPolicy, reason: str) -> RewriteResult | None:
         committer = self.committer
-        table = await committer.current()
+        table = await committer.load()  # plan on the newest base: less work lost to a conflict
         plan = await plan_compaction(table, reader=committer.reader)  # may refuse the table
         groups = select_groups(plan, policy.max_bytes_per_run)
         if not groups:
