@@ -241,30 +241,25 @@ class TableCompactor:
 
     async def _update_key_index(self, result: RewriteResult) -> None:
         """The key index covers the new head: moved rows in their new files (keys from the
-        bytes just written, not read again), replaced files forgotten; then checkpointed.
-        Only an index already open is updated (one opened later syncs from its checkpoint);
-        one in doubt is dropped, to be reopened and synced by the next upsert."""
+        bytes just written, not read again), replaced files forgotten; then checkpointed
+        (:meth:`~icefloe.coordinator.committer.TableCommitter.checkpoint_key_index`, which
+        drops an index in doubt, to be reopened and synced by the next upsert). Only an
+        index already open is updated: one opened later syncs from its checkpoint."""
         committer = self.committer
         metadata = result.table.metadata
         if not committer.has_key_index(metadata):
             return
+        index = await committer.key_index(metadata)
+        index.discard_staged()
         try:
-            index = await committer.key_index(metadata)
-            index.discard_staged()
             for data_file in result.added:
                 index.stage(data_file, result.keys[data_file.file_path])
-            await index.sync(await committer.live_data_files(metadata, MAIN_BRANCH))
-            await index.checkpoint()
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:
+        except Exception as e:  # the keys just written do not fit the index: read them again
             log.warning(
-                "key index of %s not updated after compaction (%s: %s); it will be reopened",
-                committer.name,
-                type(e).__name__,
-                e,
+                "key index of %s: staging the rewritten files failed: %s", committer.name, e
             )
-            committer.drop_key_index()
+            index.discard_staged()
+        await committer.checkpoint_key_index(metadata, MAIN_BRANCH)
 
 
 __all__ = [
