@@ -552,49 +552,97 @@ def read_data_file(
     ``constants`` supplies values for columns absent from the file (identity partition
     values). ``location`` names the file in errors.
     """
-    where = location or (os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<bytes>")
-    if isinstance(source, (bytes, bytearray, memoryview)):
-        handle: Any = pa.BufferReader(bytes(source))
-    elif isinstance(source, (str, os.PathLike)):
-        handle = _local_path(os.fspath(source))
-    else:
-        handle = source
+    reader = _ProjectedReader(source, read_schema, file_schema, constants, location)
     try:
-        pf = pq.ParquetFile(handle)
-        arrow_schema = pf.schema_arrow
+        data = reader.file.read(columns=reader.columns)
     except (pa.ArrowException, OSError) as e:
-        raise InvalidFileError(where, f"not a readable Parquet file: {e}") from e
-    try:
-        if file_schema is None:
-            file_schema = arrow_to_schema(arrow_schema)
-    except ValidationError as e:
-        raise InvalidFileError(where, str(e)) from e
-    wanted = {f.field_id for f in read_schema.all_fields()}
-    columns = []
-    for f in arrow_schema:
-        fid = field_id_of(f)
-        top = file_schema.find_field(fid) if fid is not None else file_schema.find_field(f.name)
-        if top is None:
-            continue
-        subtree = {top.field_id}
-        if isinstance(top.field_type, NestedType):
-            subtree.update(n.field_id for n in walk_fields(top.field_type))
-        if subtree & wanted:
-            columns.append(f.name)
-    try:
-        data = pf.read(columns=columns)
-    except (pa.ArrowException, OSError) as e:
-        raise InvalidFileError(where, f"cannot decode Parquet data: {e}") from e
-    try:
-        projected = project_table(data, file_schema, read_schema, constants=constants)
-    except ValidationError as e:
-        raise InvalidFileError(where, str(e)) from e
+        raise InvalidFileError(reader.where, f"cannot decode Parquet data: {e}") from e
+    projected = reader.project(data)
     if row_filter is not None:
         try:
             projected = projected.filter(row_filter)
         except (pa.ArrowException, TypeError) as e:
-            raise ValidationError(f"{where}: cannot apply row filter {row_filter}: {e}") from e
+            raise ValidationError(
+                f"{reader.where}: cannot apply row filter {row_filter}: {e}"
+            ) from e
     return projected
+
+
+def read_row_groups(
+    source: Source,
+    read_schema: Schema,
+    *,
+    file_schema: Schema | None = None,
+    constants: Mapping[int, Any] | None = None,
+    location: str | None = None,
+) -> Iterator[pa.Table]:
+    """A data file's rows as ``read_schema``, one row group at a time, in file order.
+
+    What :func:`read_data_file` reads, for a caller that must not hold a whole file's
+    decoded rows at once (a rewrite streaming rows from old files into new ones).
+    """
+    reader = _ProjectedReader(source, read_schema, file_schema, constants, location)
+    for i in range(reader.file.num_row_groups):
+        try:
+            data = reader.file.read_row_group(i, columns=reader.columns)
+        except (pa.ArrowException, OSError) as e:
+            raise InvalidFileError(reader.where, f"cannot decode Parquet data: {e}") from e
+        yield reader.project(data)
+
+
+class _ProjectedReader:
+    """An open Parquet file and what reading it as a read schema needs: the top-level
+    columns to decode, and the projection from the file's schema."""
+
+    def __init__(
+        self,
+        source: Source,
+        read_schema: Schema,
+        file_schema: Schema | None,
+        constants: Mapping[int, Any] | None,
+        location: str | None,
+    ) -> None:
+        where = location or (
+            os.fspath(source) if isinstance(source, (str, os.PathLike)) else "<bytes>"
+        )
+        self.where = where
+        self.read_schema = read_schema
+        self.constants = constants
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            handle: Any = pa.BufferReader(bytes(source))
+        elif isinstance(source, (str, os.PathLike)):
+            handle = _local_path(os.fspath(source))
+        else:
+            handle = source
+        try:
+            self.file = pq.ParquetFile(handle)
+            arrow_schema = self.file.schema_arrow
+        except (pa.ArrowException, OSError) as e:
+            raise InvalidFileError(where, f"not a readable Parquet file: {e}") from e
+        try:
+            if file_schema is None:
+                file_schema = arrow_to_schema(arrow_schema)
+        except ValidationError as e:
+            raise InvalidFileError(where, str(e)) from e
+        self.file_schema = file_schema
+        wanted = {f.field_id for f in read_schema.all_fields()}
+        self.columns: list[str] = []
+        for f in arrow_schema:
+            fid = field_id_of(f)
+            top = file_schema.find_field(fid) if fid is not None else file_schema.find_field(f.name)
+            if top is None:
+                continue
+            subtree = {top.field_id}
+            if isinstance(top.field_type, NestedType):
+                subtree.update(n.field_id for n in walk_fields(top.field_type))
+            if subtree & wanted:
+                self.columns.append(f.name)
+
+    def project(self, data: pa.Table) -> pa.Table:
+        try:
+            return project_table(data, self.file_schema, self.read_schema, constants=self.constants)
+        except ValidationError as e:
+            raise InvalidFileError(self.where, str(e)) from e
 
 
 __all__ = [
@@ -605,6 +653,7 @@ __all__ = [
     "local_output",
     "partition_table",
     "read_data_file",
+    "read_row_groups",
     "write_data_file",
     "write_files",
     "write_partitioned",

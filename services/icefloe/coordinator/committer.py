@@ -329,6 +329,11 @@ class TableCommitter:
             self._key_index_for = wanted
         return self._key_index
 
+    def has_key_index(self, metadata: TableMetadata) -> bool:
+        """Whether the key index for ``metadata``'s location and identifier fields is open."""
+        wanted = (metadata.location, tuple(metadata.schema().identifier_field_ids))
+        return self._key_index is not None and self._key_index_for == wanted
+
     def discard_staged_keys(self) -> None:
         """An upsert attempt will not commit: the key index forgets the files it staged."""
         if self._key_index is not None:
@@ -340,7 +345,7 @@ class TableCommitter:
         self._key_index = None
         self._key_index_for = None
 
-    async def _checkpoint_key_index(self, metadata: TableMetadata, branch: str) -> None:
+    async def checkpoint_key_index(self, metadata: TableMetadata, branch: str) -> None:
         """After an upsert commit: cover the committed snapshot (what the attempt staged is
         now live) and let the index persist what a new owner needs. Never fails the commit
         (it is done): an index in doubt is dropped and rebuilt from its checkpoint."""
@@ -598,7 +603,7 @@ class TableCommitter:
             remaining = []
             await self._advance_live(committed.metadata, snapshot, producer)
             if producer.upsert is not None:
-                await self._checkpoint_key_index(committed.metadata, producer.branch)
+                await self.checkpoint_key_index(committed.metadata, producer.branch)
         outcome.table = self.table or outcome.table
         return outcome
 

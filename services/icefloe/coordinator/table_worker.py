@@ -39,6 +39,7 @@ from icefloe.coordinator.batcher import (
 )
 from icefloe.coordinator.commit_hooks import CommitHooks
 from icefloe.coordinator.committer import CommitOutcome, TableCommitter
+from icefloe.coordinator.compactor import TableCompactor
 from icefloe.coordinator.config import BACKOFF, CoordinatorConfig
 from icefloe.coordinator.metrics import CoordinatorMetrics
 from icefloe.coordinator.offsets import ConsumedRecord, PartitionState
@@ -114,6 +115,8 @@ class TableWorker:
             open_key_index=coordinator.open_key_index,
             dedup_window_ms=coordinator.config.dedup_window_ms,
         )
+        # Compaction between this table's commits (icefloe.coordinator.compactor).
+        self.compactor = TableCompactor(self.committer)
         self.inbox: deque[tuple[ConsumedRecord, FilesWritten | CommitRequested]] = deque()
         self.task: asyncio.Task[None] | None = None
         self.wakeup = asyncio.Event()
@@ -184,6 +187,8 @@ class TableWorker:
             batch = self.batcher.take_batch(draining=coordinator.draining)
             if batch is not None:
                 await self._commit(batch)
+                if not self.partition.revoked and not coordinator.draining:
+                    await self.compactor.maybe_compact()
                 continue
             if self.inbox:
                 continue

@@ -48,6 +48,7 @@ from icefloe.catalog import Table
 from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.batcher import PendingFiles, Unit
 from icefloe.coordinator.committer import TableCommitter
+from icefloe.coordinator.compactor import TableCompactor
 from icefloe.coordinator.history import source_key
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
@@ -68,6 +69,8 @@ SOURCE = source_key("bench-upserts", 0)
 DELETE_SHARE = 0.1
 APPEND_ONLY = "same rows, appended only"
 EQUALITY = "equality deletes (Flink, Kafka Connect)"
+COMPACTING = "icefloe + coordinator compaction"
+NO_COMPACTION = "icefloe, compaction off"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,14 +164,18 @@ async def commit_upserts(
     table: Table,
     files: Sequence[tuple[DataFile, DataFile]],
     first: int = 0,
+    compactor: TableCompactor | None = None,
 ) -> None:
     """icefloe's path: one upsert unit per batch (numbered from ``first``) through the
-    coordinator's committer."""
+    coordinator's committer; with ``compactor``, its compaction after each commit, as the
+    table's worker runs it."""
     for n, (data, keys) in enumerate(files, start=first):
         unit = _upsert_unit(table, n, data, keys)
         outcome = await committer.commit([unit], resume_offset=0, position=unit.offset + 1)
         if outcome.rejected or len(outcome.snapshots) != 1:
             raise AssertionError(f"upsert batch {n} did not commit: {outcome.rejected}")
+        if compactor is not None:
+            await compactor.maybe_compact()
 
 
 async def commit_equality_deletes(table: Table, files: Sequence[tuple[DataFile, DataFile]]) -> None:
@@ -283,6 +290,7 @@ def _figures(
 ) -> list[Figure]:
     tables: dict[str, Table] = {}
     files: dict[str, list[tuple[DataFile, DataFile]]] = {}
+    compactors: dict[str, TableCompactor] = {}
 
     def setup(which: str, count: int) -> Callable[[], None]:
         def make() -> None:
@@ -291,28 +299,43 @@ def _figures(
 
         return make
 
-    def upserts() -> None:
-        committer = TableCommitter(run.catalog, tables["upsert"].identifier, SOURCE)
-        run.runner.run(commit_upserts(committer, tables["upsert"], files["upsert"]))
+    def upserting(which: str, compacting: bool) -> Callable[[], None]:
+        def commit() -> None:
+            committer = TableCommitter(run.catalog, tables[which].identifier, SOURCE)
+            compactor = compactors[which] = TableCompactor(committer)
+            work = commit_upserts(
+                committer, tables[which], files[which], compactor=compactor if compacting else None
+            )
+            run.runner.run(work)
+
+        return commit
 
     def equality() -> None:
         run.runner.run(commit_equality_deletes(tables["equality"], files["equality"]))
 
     warm = min(3, commits)
 
-    def warm_upserts() -> None:
-        setup("upsert", warm)()
-        upserts()
+    def warming(which: str, commit: Callable[[], None]) -> Callable[[], None]:
+        def warm_up() -> None:
+            setup(which, warm)()
+            commit()
 
-    def warm_equality() -> None:
-        setup("equality", warm)()
-        equality()
+        return warm_up
 
+    upserts, compacting = upserting("upsert", False), upserting("compacting", True)
     timings = ctx.compare(
-        {"icefloe": upserts, EQUALITY: equality},
+        {"icefloe": upserts, COMPACTING: compacting, EQUALITY: equality},
         work=work,
-        setup={"icefloe": setup("upsert", commits), EQUALITY: setup("equality", commits)},
-        warmup={"icefloe": warm_upserts, EQUALITY: warm_equality},
+        setup={
+            "icefloe": setup("upsert", commits),
+            COMPACTING: setup("compacting", commits),
+            EQUALITY: setup("equality", commits),
+        },
+        warmup={
+            "icefloe": warming("upsert", upserts),
+            COMPACTING: warming("compacting", compacting),
+            EQUALITY: warming("equality", equality),
+        },
     )
     figures = [
         Figure(
@@ -320,12 +343,27 @@ def _figures(
             "rows/s",
             icefloe=timings["icefloe"],
             peers={EQUALITY: timings[EQUALITY]},
-        )
+        ),
+        Figure(
+            f"upsert commits with the coordinator's compaction, {commits} batches",
+            "rows/s",
+            icefloe=timings[COMPACTING],
+            peers={NO_COMPACTION: timings["icefloe"], EQUALITY: timings[EQUALITY]},
+        ),
     ]
     # The warm-up ran on a few batches; the setup before each timed run rebuilt the tables
     # with every batch, so the last run's tables hold all of them.
     upsert_table = run.load(tables["upsert"])
+    compacted_table = run.load(tables["compacting"])
     equality_table = run.load(tables["equality"])
+    ctx.note(
+        f"the coordinator's compaction (default table properties) ran "
+        f"{compactors['compacting'].runs} time(s) in the last timed run; at the read the "
+        f"table has {_total(compacted_table, 'total-data-files')} data file(s) and "
+        f"{_total(compacted_table, 'total-delete-files')} delete file(s), beside "
+        f"{_total(upsert_table, 'total-data-files')} and "
+        f"{_total(upsert_table, 'total-delete-files')} without it"
+    )
     appended = run.table("appended")
     # Files as big as the upserts' data files, so only the deletes differ.
     chunk = max(1, max(b.rows.num_rows for b in batches))
@@ -335,7 +373,8 @@ def _figures(
     ]
     appended = run.runner.run(fast_append(appended, parts).commit())
     locations = {
-        "icefloe": upsert_table.metadata_location,
+        "icefloe": compacted_table.metadata_location,
+        NO_COMPACTION: upsert_table.metadata_location,
         APPEND_ONLY: appended.metadata_location,
         EQUALITY: equality_table.metadata_location,
     }
@@ -344,7 +383,9 @@ def _figures(
     # commits squared (77 s at 60 commits of 1,000 keys on a loaded 2-core machine), so past
     # this many commits it is left out rather than running for most of an hour.
     limit = ctx.size("equality_read_max_commits", full=60, quick=60)
-    duckdb_peers = (APPEND_ONLY, EQUALITY) if commits <= limit else (APPEND_ONLY,)
+    duckdb_peers = (
+        (APPEND_ONLY, NO_COMPACTION, EQUALITY) if commits <= limit else (APPEND_ONLY, NO_COMPACTION)
+    )
     if commits > limit:
         ctx.note(
             f"DuckDB's read of the equality-delete table is left out past {limit} commits "
@@ -357,7 +398,7 @@ def _figures(
     try:
         import pyiceberg  # noqa: F401
 
-        readers["PyIceberg"] = (pyiceberg_read, (APPEND_ONLY,))
+        readers["PyIceberg"] = (pyiceberg_read, (APPEND_ONLY, NO_COMPACTION))
         ctx.note("PyIceberg refuses tables with equality deletes: its read has no such peer")
     except ImportError as e:
         ctx.note(f"PyIceberg is not installed ({e}); its reads are missing")
@@ -378,8 +419,10 @@ def _figures(
             )
         )
         slower = reads["icefloe"].best / reads[APPEND_ONLY].best
+        before = reads[NO_COMPACTION].best / reads[APPEND_ONLY].best
         ctx.note(
-            f"{reader}: icefloe's table reads {slower:.2f}x the append-only time (target <= 1.2x)"
+            f"{reader}: icefloe's table reads {slower:.2f}x the append-only time with the "
+            f"coordinator's compaction (target <= 1.2x), {before:.2f}x without it"
         )
     ctx.note(
         f"{expected.num_rows} live rows after {commits} batches ({work} keys touched); "
@@ -387,6 +430,13 @@ def _figures(
         f"everything after; file-system catalog, format v{run.version}, one batch per commit"
     )
     return figures
+
+
+def _total(table: Table, key: str) -> str:
+    """A total of the table's head snapshot summary (``total-data-files``, ...)."""
+    head = table.metadata.current_snapshot()
+    summary = head.summary if head is not None else None
+    return summary.get(key, "?") if summary is not None else "?"
 
 
 def _reading(
