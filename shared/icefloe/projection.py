@@ -422,6 +422,12 @@ class ResidualEvaluator:
     For each predicate: true where its strict projection holds on the partition, false
     where its inclusive projection fails, otherwise the predicate itself. Projections are
     compiled once; results are cached per partition tuple, since many files share one.
+
+    A predicate no partition field can decide (its column is not a partition source) is
+    left as it is without a test; where no predicate can be decided, the residual of every
+    partition is the filter itself, the very object (:attr:`expr`), so a writer can tell it
+    apart by identity and share one serialized form. Where some are decided, the parts left
+    whole are shared with the filter too (see :func:`icefloe.expressions.visit`).
     """
 
     _CACHE_LIMIT = 4096
@@ -437,24 +443,24 @@ class ResidualEvaluator:
         self.schema = schema
         self.expr = prepare_filter(schema, expr, case_sensitive)
         self._cache: dict[tuple[Any, ...], BooleanExpression] = {}
-        self._unpartitioned = spec.is_unpartitioned
-        if self._unpartitioned:
-            return
-        inclusive = _Projector(schema, spec, case_sensitive, strict=False)
-        strict = _Projector(schema, spec, case_sensitive, strict=True)
         self._tests: dict[
             BoundPredicate,
             tuple[Callable[[Sequence[Any]], bool], Callable[[Sequence[Any]], bool]],
         ] = {}
-        for pred in bound_predicates(self.expr):
-            if pred not in self._tests:
+        if not spec.is_unpartitioned:
+            inclusive = _Projector(schema, spec, case_sensitive, strict=False)
+            strict = _Projector(schema, spec, case_sensitive, strict=True)
+            for pred in bound_predicates(self.expr):
+                if pred in self._tests or pred.ref.field_id not in strict.by_source:
+                    continue
                 self._tests[pred] = (
                     compile_row_filter(visit(pred, strict)),
                     compile_row_filter(visit(pred, inclusive)),
                 )
+        self._constant = not self._tests
 
     def residual_for(self, partition: Sequence[Any]) -> BooleanExpression:
-        if self._unpartitioned:
+        if self._constant:
             return self.expr
         key = tuple(partition)
         try:
@@ -489,7 +495,10 @@ class _Residual(RebuildingVisitor):
         self.partition = partition
 
     def visit_bound_predicate(self, predicate: BoundPredicate) -> BooleanExpression:
-        strict, inclusive = self.tests[predicate]
+        tests = self.tests.get(predicate)
+        if tests is None:
+            return predicate  # no partition field can decide it
+        strict, inclusive = tests
         if strict(self.partition):
             return AlwaysTrue()
         if not inclusive(self.partition):
