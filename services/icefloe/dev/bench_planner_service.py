@@ -184,6 +184,35 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+async def probe_healthz(
+    url: str,
+    done: asyncio.Event,
+    health: list[float],
+    connect: list[float],
+    health_cpu: list[float],
+    threads: list[Path],
+) -> None:
+    """Probe ``/healthz`` every 10 ms until ``done``, each probe on a new connection as a
+    kubelet's: appends each probe's latency, its TCP connect (a full accept queue: > 1 s)
+    and the CPU the serving event loops (``threads``' schedstat) ran meanwhile. Raises
+    :class:`LoadGeneratorError` for any answer but 200."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    while not done.is_set():
+        cpu = _on_cpu(threads)
+        started = time.perf_counter()
+        reader, writer = await asyncio.open_connection(host, int(port))
+        connect.append(time.perf_counter() - started)
+        writer.write(request.encode())
+        answer = await reader.read()
+        health.append(time.perf_counter() - started)
+        health_cpu.append(_on_cpu(threads) - cpu)
+        writer.close()
+        if not answer.startswith(b"HTTP/1.1 200"):
+            raise LoadGeneratorError(f"/healthz answered {answer[:100]!r}")
+        await asyncio.sleep(0.01)
+
+
 class _NoPlanFinished(LoadGeneratorError):
     """wrk finished no plan in its time, without any error: the time was too short for this
     machine's load (a plan slower than the whole run), not a failure."""
@@ -229,29 +258,12 @@ async def _run_level_once(
             peak = max(peak, rss_bytes(pid))
             await asyncio.sleep(0.05)
 
-    async def prober() -> None:
-        host, _, port = url.removeprefix("http://").partition(":")
-        request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-        while not done.is_set():
-            cpu = _on_cpu(threads)
-            started = time.perf_counter()
-            reader, writer = await asyncio.open_connection(host, int(port))
-            connect.append(time.perf_counter() - started)
-            writer.write(request.encode())
-            answer = await reader.read()
-            health.append(time.perf_counter() - started)
-            health_cpu.append(_on_cpu(threads) - cpu)
-            writer.close()
-            if not answer.startswith(b"HTTP/1.1 200"):
-                raise LoadGeneratorError(f"/healthz answered {answer[:100]!r}")
-            await asyncio.sleep(0.01)
-
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(_WRK_SCRIPT.format(body=json.dumps(body)))
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     own_before = time.process_time()
     cpu_before = cpu_seconds(pid) if pid else 0.0
-    probe = asyncio.create_task(prober())
+    probe = asyncio.create_task(probe_healthz(url, done, health, connect, health_cpu, threads))
     sample = asyncio.create_task(sampler())
     try:
         process = await asyncio.create_subprocess_exec(
