@@ -138,25 +138,42 @@ class RebuildingVisitor(BooleanExpressionVisitor[BooleanExpression]):
         return Or(left, right)
 
 
-class _RewriteNot(RebuildingVisitor):
-    def visit_not(self, child_result: BooleanExpression) -> BooleanExpression:
-        return child_result.negate()
-
-    def visit_unbound_predicate(self, predicate: UnboundPredicate) -> BooleanExpression:
-        return predicate
-
-    def visit_bound_predicate(self, predicate: BoundPredicate) -> BooleanExpression:
-        return predicate
-
-
 def rewrite_not(expr: BooleanExpression) -> BooleanExpression:
     """Push every NOT down into the predicates, preserving meaning exactly.
 
     A bound result contains no ``Not`` at all, which is what projections and metrics
     evaluators need. An unbound order comparison under NOT stays wrapped (its exact
     negation depends on the column; see the module docstring).
+
+    One iterative pass carrying each node's polarity: negating a rewritten subtree at every
+    NOT instead (``child.negate()``) walked a NOT/OR nest 800 deep once per NOT, recursively.
+    A subtree without a NOT above or inside it is returned as the very object it was.
     """
-    return visit(expr, _RewriteNot())
+    results: list[BooleanExpression] = []
+    stack: list[tuple[BooleanExpression, bool, bool]] = [(expr, False, False)]  # negated, done
+    while stack:
+        node, negated, done = stack.pop()
+        if isinstance(node, Not):
+            stack.append((node.child, not negated, False))
+        elif isinstance(node, And | Or):
+            if not done:
+                stack.append((node, negated, True))
+                stack.append((node.right, negated, False))
+                stack.append((node.left, negated, False))
+                continue
+            right = results.pop()
+            left = results.pop()
+            if not negated and left is node.left and right is node.right:
+                results.append(node)
+            elif isinstance(node, And) != negated:  # AND, or a negated OR
+                results.append(And(left, right))
+            else:
+                results.append(Or(left, right))
+        elif isinstance(node, AlwaysTrue | AlwaysFalse | BoundPredicate | UnboundPredicate):
+            results.append(node.negate() if negated else node)
+        else:
+            raise ValidationError(f"not a boolean expression: {node!r:.80}")
+    return results.pop()
 
 
 def is_bound(expr: BooleanExpression) -> bool:
