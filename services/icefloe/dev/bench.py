@@ -62,6 +62,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "icefloe.dev.bench_commit_path",
     "icefloe.dev.bench_planner_service",
     "icefloe.dev.bench_planner_hostile",
+    "icefloe.dev.bench_planner_memory",
     "icefloe.dev.bench_spark",
     "icefloe.dev.bench_compact",
     "icefloe.dev.bench_coordinator",

@@ -527,7 +527,11 @@ def cache_budget(files: int) -> int:
 
 
 async def _held_curve(
-    session: Any, url: str, pid: int, selective: dict[str, Any]
+    session: Any,
+    url: str,
+    pid: int,
+    selective: dict[str, Any],
+    steps: tuple[int, ...] = HELD_PLANS,
 ) -> list[tuple[int, int, int, int, int, int]]:
     """Full plans asked (and held: their other pages are never fetched) in steps, each step
     spread over 150 pooled connections as 150 clients would; after each, RSS and what
@@ -547,7 +551,7 @@ async def _held_curve(
 
         # Open the 150 pooled connections first: 150 selective plans at once.
         await asyncio.gather(*(ask({"filter": selective}) for _ in range(150)))
-        for target in HELD_PLANS:
+        for target in steps:
             while held < target:
                 step = min(8, target - held)  # a few at a time, over the pooled connections
                 await asyncio.gather(*(ask({}) for _ in range(step)))
