@@ -34,6 +34,7 @@ from icefloe.dev.bench_planner_service import (
     _quantile,
     _register,
     _serving_threads,
+    planner_env,
     probe_healthz,
     rss_bytes,
     wait_healthy,
@@ -222,16 +223,7 @@ async def _serve_hostile(
     import aiohttp
 
     port = free_port()
-    env = {
-        **os.environ,
-        "ICEFLOE_PLANNER_CATALOG": f"file://{warehouse}",
-        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
-        "ICEFLOE_PLANNER_PORT": str(port),
-        "ICEFLOE_PLANNER_ACCESS_LOG": "false",
-        "ICEFLOE_PLANNER_PLAN_SECRET": "bench secret, sixteen bytes or more",
-        "ICEFLOE_PLANNER_LOG_LEVEL": "WARNING",
-        "ICEFLOE_PLANNER_TASKS_PER_PAGE": "1000",
-    }
+    env = planner_env(warehouse, port, tasks_per_page="1000")
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "icefloe.cli", "planner", env=env
     )
@@ -262,7 +254,7 @@ async def _serve_hostile(
         )
     return [
         Figure(
-            f"{label}, /healthz p99 (lower is better)",
+            f"{label}, /healthz p99",
             "ms",
             Timing(seconds=(_quantile(busy.health, 0.99),), work=1),
             {"/healthz p99 idle": Timing(seconds=(_quantile(idle.health, 0.99),), work=1)},

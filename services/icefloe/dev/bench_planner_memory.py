@@ -5,7 +5,7 @@ manifest budget (``ICEFLOE_PLANNER_CACHE_MAX_BYTES``) plus a fixed overhead. Thi
 the generated 100k-file table (:mod:`icefloe.dev.bench_planner`) with one planner process
 per budget in :data:`BUDGETS_MIB` and puts the same load on each: selective plans from 1
 and 150 clients (wrk), a full plan fetched to its last page one page at a time and with 4
-fetchers, then 0 to 100 full plans held (never fetched past their first page). The kernel's
+fetchers, then 0 to 40 full plans held (never fetched past their first page). The kernel's
 high-water mark of the process's resident set (``VmHWM``: every peak, however short, not
 samples) is then set beside the budget: the overhead is peak RSS minus the budget, and the
 rule holds at a budget where the overhead is within the documented constant.
@@ -30,13 +30,14 @@ from icefloe.dev.bench_planner_service import (
     _metric,
     _register,
     _run_level,
+    planner_env,
     wait_healthy,
 )
 from icefloe.dev.local_stack import free_port
 
 BUDGETS_MIB = (32, 64, 128, 256, 512, 1024)
 LOAD_CLIENTS = (1, 150)
-HELD = (0, 10, 40, 100)  # full plans held, in steps (the service bench goes on to 400)
+HELD = (0, 10, 40)  # full plans held, in steps (the service bench goes on to 400)
 
 
 def peak_rss(pid: int) -> int:
@@ -57,16 +58,7 @@ async def measure_budget(
     import aiohttp
 
     port = free_port()
-    env = {
-        **os.environ,
-        "ICEFLOE_PLANNER_CATALOG": f"file://{warehouse}",
-        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
-        "ICEFLOE_PLANNER_PORT": str(port),
-        "ICEFLOE_PLANNER_ACCESS_LOG": "false",
-        "ICEFLOE_PLANNER_PLAN_SECRET": "bench secret, sixteen bytes or more",
-        "ICEFLOE_PLANNER_LOG_LEVEL": "WARNING",
-        "ICEFLOE_PLANNER_CACHE_MAX_BYTES": str(budget),
-    }
+    env = planner_env(warehouse, port, cache_max_bytes=str(budget))
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "icefloe.cli", "planner", env=env
     )

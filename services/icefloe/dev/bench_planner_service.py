@@ -392,6 +392,22 @@ class Peer:
     full: Timing | None
 
 
+def planner_env(warehouse: Path, port: int, **settings: str) -> dict[str, str]:
+    """The environment of a bench's planner process: the file-system catalog at
+    ``warehouse`` on a loopback ``port``, no access log, a fixed plan secret, warnings
+    only, and ``settings`` as ``ICEFLOE_PLANNER_<NAME>`` variables."""
+    return {
+        **os.environ,
+        "ICEFLOE_PLANNER_CATALOG": f"file://{warehouse}",
+        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
+        "ICEFLOE_PLANNER_PORT": str(port),
+        "ICEFLOE_PLANNER_ACCESS_LOG": "false",
+        "ICEFLOE_PLANNER_PLAN_SECRET": "bench secret, sixteen bytes or more",
+        "ICEFLOE_PLANNER_LOG_LEVEL": "WARNING",
+        **{f"ICEFLOE_PLANNER_{name.upper()}": value for name, value in settings.items()},
+    }
+
+
 async def _serve(
     ctx: BenchContext,
     warehouse: Path,
@@ -406,21 +422,16 @@ async def _serve(
     import aiohttp
 
     port = free_port()
-    env = {
-        **os.environ,
-        "ICEFLOE_PLANNER_CATALOG": f"file://{warehouse}",
-        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
-        "ICEFLOE_PLANNER_PORT": str(port),
-        "ICEFLOE_PLANNER_WORKERS": str(workers),
-        "ICEFLOE_PLANNER_PLANNING_CONCURRENCY": str(threads),
-        "ICEFLOE_PLANNER_CACHE_DIR": str(cache_dir),
-        "ICEFLOE_PLANNER_ACCESS_LOG": "false",
-        "ICEFLOE_PLANNER_PLAN_SECRET": "bench secret, sixteen bytes or more",
-        "ICEFLOE_PLANNER_LOG_LEVEL": "WARNING",
+    env = planner_env(
+        warehouse,
+        port,
+        workers=str(workers),
+        planning_concurrency=str(threads),
+        cache_dir=str(cache_dir),
         # One budget for cached and held manifests: a full plan pins the whole table, so
         # the budget must hold it (about 570 bytes per entry) for the plan to be held.
-        "ICEFLOE_PLANNER_CACHE_MAX_BYTES": str(cache_budget(files)),
-    }
+        cache_max_bytes=str(cache_budget(files)),
+    )
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "icefloe.cli", "planner", env=env
     )
