@@ -422,6 +422,12 @@ class ResidualEvaluator:
     For each predicate: true where its strict projection holds on the partition, false
     where its inclusive projection fails, otherwise the predicate itself. Projections are
     compiled once; results are cached per partition tuple, since many files share one.
+
+    A predicate no partition field can decide (its column is not a partition source) is
+    left as it is without a test; where no predicate can be decided, the residual of every
+    partition is the filter itself, the very object (:attr:`expr`), so a writer can tell it
+    apart by identity and share one serialized form. Where some are decided, the parts left
+    whole are shared with the filter too (see :func:`icefloe.expressions.visit`).
     """
 
     _CACHE_LIMIT = 4096
@@ -437,35 +443,53 @@ class ResidualEvaluator:
         self.schema = schema
         self.expr = prepare_filter(schema, expr, case_sensitive)
         self._cache: dict[tuple[Any, ...], BooleanExpression] = {}
-        self._unpartitioned = spec.is_unpartitioned
-        if self._unpartitioned:
-            return
-        inclusive = _Projector(schema, spec, case_sensitive, strict=False)
-        strict = _Projector(schema, spec, case_sensitive, strict=True)
         self._tests: dict[
             BoundPredicate,
             tuple[Callable[[Sequence[Any]], bool], Callable[[Sequence[Any]], bool]],
         ] = {}
-        for pred in bound_predicates(self.expr):
-            if pred not in self._tests:
+        if not spec.is_unpartitioned:
+            inclusive = _Projector(schema, spec, case_sensitive, strict=False)
+            strict = _Projector(schema, spec, case_sensitive, strict=True)
+            for pred in bound_predicates(self.expr):
+                if pred in self._tests or pred.ref.field_id not in strict.by_source:
+                    continue
                 self._tests[pred] = (
                     compile_row_filter(visit(pred, strict)),
                     compile_row_filter(visit(pred, inclusive)),
                 )
+        self._constant = not self._tests
+        self._by_decisions: dict[tuple[bool | None, ...], BooleanExpression] = {}
 
     def residual_for(self, partition: Sequence[Any]) -> BooleanExpression:
-        if self._unpartitioned:
+        if self._constant:
             return self.expr
         key = tuple(partition)
         try:
             cached = self._cache.get(key)
         except TypeError:  # an unhashable value: compute without caching
-            return visit(self.expr, _Residual(self._tests, key))
+            return self._residual(key)
         if cached is None:
             if len(self._cache) >= self._CACHE_LIMIT:
                 self._cache.clear()
-            cached = self._cache[key] = visit(self.expr, _Residual(self._tests, key))
+            cached = self._cache[key] = self._residual(key)
         return cached
+
+    def _residual(self, partition: tuple[Any, ...]) -> BooleanExpression:
+        """The residual for ``partition``: one object per distinct set of decisions, so the
+        partitions where the same predicates are decided the same way share it (a decided
+        predicate deep in a chain rebuilds the chain above it, a copy per partition)."""
+        decisions = tuple(
+            True if strict(partition) else False if not inclusive(partition) else None
+            for strict, inclusive in self._tests.values()
+        )
+        found = self._by_decisions.get(decisions)
+        if found is None:
+            decided = {p: d for p, d in zip(self._tests, decisions, strict=True) if d is not None}
+            found = visit(self.expr, _Residual(decided))
+            if len(self._by_decisions) >= self._CACHE_LIMIT:
+                self._by_decisions.clear()
+            self._by_decisions[decisions] = found
+        return found
 
     __call__ = residual_for
 
@@ -477,24 +501,16 @@ def residual_evaluator(
 
 
 class _Residual(RebuildingVisitor):
-    def __init__(
-        self,
-        tests: dict[
-            BoundPredicate,
-            tuple[Callable[[Sequence[Any]], bool], Callable[[Sequence[Any]], bool]],
-        ],
-        partition: tuple[Any, ...],
-    ) -> None:
-        self.tests = tests
-        self.partition = partition
+    """The filter with the decided predicates (true or false on the partition) replaced."""
+
+    def __init__(self, decided: dict[BoundPredicate, bool]) -> None:
+        self.decided = decided
 
     def visit_bound_predicate(self, predicate: BoundPredicate) -> BooleanExpression:
-        strict, inclusive = self.tests[predicate]
-        if strict(self.partition):
-            return AlwaysTrue()
-        if not inclusive(self.partition):
-            return AlwaysFalse()
-        return predicate
+        decision = self.decided.get(predicate)
+        if decision is None:
+            return predicate  # undecided here, or no partition field can decide it
+        return AlwaysTrue() if decision else AlwaysFalse()
 
 
 __all__ = [

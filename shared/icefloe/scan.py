@@ -554,19 +554,26 @@ async def plan_scan(
 OFFLOAD_MANIFESTS = 64  # manifest-list rows to test against partition summaries
 OFFLOAD_ROWS = 20_000  # manifest entries to prune
 OFFLOAD_FILTER_NODES = 64  # predicates and literals of a filter to bind
+OFFLOAD_LITERAL_BYTES = 256  # of a string or binary literal, counted as one more literal
 
 
 def _small(expr: BooleanExpression) -> bool:
-    """Whether a filter has at most :data:`OFFLOAD_FILTER_NODES` predicates and literals
-    (counting stops there, so a huge filter costs no more to judge than a small one)."""
+    """Whether a filter has at most :data:`OFFLOAD_FILTER_NODES` predicates and literals, a
+    string or binary literal counting one per :data:`OFFLOAD_LITERAL_BYTES` bytes begun (a
+    600 kB ``starts-with`` literal costs as much to test against every file as a long IN
+    list). Counting stops there, so a huge filter costs no more to judge than a small one."""
     budget = OFFLOAD_FILTER_NODES
     stack: list[Any] = [expr]
     while stack:
         node = stack.pop()
         budget -= 1
-        literals = getattr(node, "literals", None)
-        if literals is not None:
-            budget -= len(literals)
+        literal = getattr(node, "literal", None)
+        if literal is not None:
+            budget -= _weight(literal)
+        for one in getattr(node, "literals", ()):
+            budget -= _weight(one)
+            if budget < 0:
+                return False
         if budget < 0:
             return False
         for child in ("left", "right", "child"):
@@ -574,6 +581,13 @@ def _small(expr: BooleanExpression) -> bool:
             if sub is not None:
                 stack.append(sub)
     return True
+
+
+def _weight(literal: Any) -> int:
+    value = getattr(literal, "value", literal)  # a Literal, or a bound predicate's value
+    if isinstance(value, str | bytes):
+        return 1 + len(value) // OFFLOAD_LITERAL_BYTES
+    return 1
 
 
 def _has_live_files(m: ManifestFile) -> bool:

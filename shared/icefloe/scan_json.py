@@ -85,6 +85,33 @@ def same_filter(residual: Any, row_filter: Any) -> bool:
         return False
 
 
+def residual_member(plan: ScanPlan, residual: BooleanExpression) -> str | None:
+    """``,"residual-filter":…`` of a task whose residual is ``residual``, or None where it is
+    the plan's filter (the task omits it). Written once per distinct residual object of the
+    plan, whatever the number of tasks, pages or threads writing them: a residual that
+    keeps most of a large filter is tens of kilobytes of JSON."""
+    key = id(residual)
+    found = plan.residual_texts.get(key)
+    if found is not None and found[0] is residual:
+        return found[1]
+    text = (
+        None
+        if same_filter(residual, plan.row_filter)
+        else ',"residual-filter":'
+        + json.dumps(expression_to_json(residual, legacy=True), separators=(",", ":"))
+    )
+    size = 64 if text is None else 64 + len(text)
+    if plan.residual_text_bytes + size <= RESIDUAL_TEXTS_MAX_BYTES:
+        plan.residual_texts[key] = (residual, text)
+        plan.residual_text_bytes += size
+    return text
+
+
+# Serialized residuals a plan keeps (see residual_member): a few distinct residuals per
+# plan in practice; past this, further distinct ones are written each time they are met.
+RESIDUAL_TEXTS_MAX_BYTES = 4 << 20
+
+
 class _DeleteFiles:
     """The page's ``delete-files`` list: each delete file once, referenced by position.
 
@@ -385,13 +412,14 @@ def _piece_per_file(plan: ScanPlan, m: CachedManifest, rows: Any, deletes: _Dele
     out = []
     for f, seq in zip(decoded.data_files, decoded.data_sequence_numbers):
         entry: dict[str, Any] = {"data-file": content_file_json(f, plan, plan.stats_field_ids)}
-        r = residual.residual_for(f.partition)
-        if not same_filter(r, plan.row_filter):
-            entry["residual-filter"] = expression_to_json(r, legacy=True)
+        text = json.dumps(entry, separators=(",", ":"))[:-1]
+        member = residual_member(plan, residual.residual_for(f.partition))
+        if member is not None:
+            text += member
         refs = deletes.refs(plan.deletes.for_data_file(f, seq))
         if refs:
-            entry["delete-file-references"] = refs
-        out.append(json.dumps(entry, separators=(",", ":")) + ",")
+            text += ',"delete-file-references":' + json.dumps(refs, separators=(",", ":"))
+        out.append(text + "},")
     return "".join(out).encode("utf-8")
 
 
@@ -649,19 +677,7 @@ def _residuals(plan: ScanPlan, m: CachedManifest, lazy: _LazyGroups) -> Any | No
         return None  # every residual is "true", the request's filter
     evaluator = plan.residual_evaluator(m.spec_id)
     groups = lazy.get()
-    seen: dict[int, str | None] = {}
-    texts: list[str | None] = []
-    for t in groups.tuples:
-        residual: BooleanExpression = evaluator.residual_for(t)
-        key = id(residual)
-        if key not in seen:
-            seen[key] = (
-                None
-                if same_filter(residual, plan.row_filter)
-                else ',"residual-filter":'
-                + json.dumps(expression_to_json(residual, legacy=True), separators=(",", ":"))
-            )
-        texts.append(seen[key])
+    texts = [residual_member(plan, evaluator.residual_for(t)) for t in groups.tuples]
     if all(t is None for t in texts):
         return None
     return groups.spread(texts)

@@ -104,6 +104,11 @@ class ScanPlan:
         self._count = total
         # Residual evaluators per spec id; plans with the same filter may share them.
         self._residuals: dict[int, ResidualEvaluator] = {} if residuals is None else residuals
+        # Serialized residuals by the identity of the residual object (kept alive here, so
+        # an id is never reused while cached), for writers of the plan's pages: a residual
+        # shared by every task of the plan is written once (icefloe.scan_json).
+        self.residual_texts: dict[int, tuple[BooleanExpression, str | None]] = {}
+        self.residual_text_bytes = 0  # their length, bounded by their writer
 
     @property
     def nbytes(self) -> int:

@@ -427,3 +427,23 @@ def _leaves(expr: BooleanExpression) -> list[Any]:
     if isinstance(expr, And | Or):
         return _leaves(expr.left) + _leaves(expr.right)
     return [expr]
+
+
+def test_rewrite_not_of_a_deep_not_or_nest_is_one_pass_and_keeps_not_free_parts() -> None:
+    # Alternating NOT and OR: the old rewrite negated the rewritten subtree at every NOT,
+    # recursively (quadratic, and past the recursion limit at 900 levels).
+    def nest(depth: int) -> BooleanExpression:
+        expr: BooleanExpression = LessThan("opt", 0)
+        for i in range(depth):
+            expr = Not(expr) if i % 2 else Or(expr, LessThan("opt", -1 - i))
+        return bind(SCHEMA, expr)
+
+    assert not _contains_not(rewrite_not(nest(900)))
+    bound = nest(200)  # within the recursive reference evaluator's reach
+    rewritten = rewrite_not(bound)
+    assert not _contains_not(rewritten)
+    for value in (None, -2000, -150, -5, 0, 5):
+        row = (1, value, 0.0, "a", (1,))
+        assert Evaluator(SCHEMA, rewritten).eval(row) == Evaluator(SCHEMA, bound).eval(row)
+    free = bind(SCHEMA, And(LessThan("opt", 3), Or(IsNull("opt"), GreaterThan("opt", 7))))
+    assert rewrite_not(free) is free

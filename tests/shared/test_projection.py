@@ -441,3 +441,20 @@ def test_bound_filters_are_accepted_as_they_are() -> None:
     )
     assert inclusive_projection(SCHEMA, spec)(AlwaysTrue()) == AlwaysTrue()
     assert strict_projection(SCHEMA, spec)(AlwaysFalse()) == AlwaysFalse()
+
+
+def test_a_residual_that_decides_nothing_is_the_filter_itself() -> None:
+    # i and s are partition sources, l is not: a filter on l alone is left whole for every
+    # partition, as the very object (writers omit it by identity, and share its text).
+    spec = spec_of(("i", TruncateTransform(10)), ("s", IdentityTransform()))
+    chain: BooleanExpression = IsNull("l")
+    for i in range(500):
+        chain = And(chain, NotNull("l")) if i % 2 else And(NotNull("l"), chain)
+    residuals = residual_evaluator(spec, chain, SCHEMA)
+    assert residuals.residual_for((0, "a")) is residuals.expr
+    assert residuals.residual_for((10, "b")) is residuals.expr
+    # Deciding one conjunct keeps the undecided rest of the chain as it was.
+    mixed = residual_evaluator(spec, And(chain, LessThan("i", 15)), SCHEMA)
+    assert isinstance(mixed.expr, And)
+    assert mixed.residual_for((0, "a")) is mixed.expr.left
+    assert mixed.residual_for((20, "a")) == AlwaysFalse()

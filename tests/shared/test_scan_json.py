@@ -454,3 +454,49 @@ def test_deletes_chosen_for_all_rows_at_once_follow_the_index_per_file(
                     assert ours == scan_tasks_json(p, start, start + size), (size, start)
         finally:
             scan_json.COLUMNS_FROM_ROWS = original
+
+
+def _chain(conjuncts: list[dict[str, Any]]) -> dict[str, Any]:
+    """``c0 and c1 and ...`` folded left to right, as a client folds its conditions."""
+    expression = conjuncts[0]
+    for c in conjuncts[1:]:
+        expression = {"type": "and", "left": expression, "right": c}
+    return expression
+
+
+_ID_CHAIN = [{"type": "not-eq", "term": "id", "value": -1 - i} for i in range(300)]
+
+
+@pytest.mark.parametrize("columns_from", [0, scan_json.COLUMNS_FROM_ROWS])
+@pytest.mark.parametrize("which", [0, 1], ids=["v2", "v3"])
+def test_a_residual_that_decides_nothing_is_left_out_and_others_are_written_once(
+    tables: list[Table], which: int, columns_from: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 300-deep chain on a column no partition field derives from leaves every task's
+    residual the request's filter: no task repeats it (it was tens of kilobytes a task).
+    With a conjunct on a partition column too, each partition's residual is either true
+    (decided) or the rest of the chain, and each distinct one is serialized once a plan."""
+    monkeypatch.setattr(scan_json, "COLUMNS_FROM_ROWS", columns_from)
+    plain = _plan(tables[which], _chain(_ID_CHAIN))
+    assert len(plain) > 0
+    for start in range(0, len(plain), 3):
+        page = json.loads(scan_tasks_bytes(plain, start, start + 3))
+        assert _canonical(page) == _canonical(scan_tasks_json(plain, start, start + 3))
+        assert not any("residual-filter" in t for t in page["file-scan-tasks"])
+    day = {"type": "gt-eq", "term": "day", "value": "2022-01-10"}
+    mixed = _plan(tables[which], _chain([day, *_ID_CHAIN]))
+    residuals = set()
+    for start in range(0, len(mixed), 2):
+        text = scan_tasks_bytes(mixed, start, start + 2)
+        page = json.loads(text)
+        assert _canonical(page) == _canonical(scan_tasks_json(mixed, start, start + 2))
+        residuals |= {
+            json.dumps(t["residual-filter"], sort_keys=True)
+            for t in page["file-scan-tasks"]
+            if "residual-filter" in t
+        }
+    # Where day is a partition column the chain on id is what is left (or nothing at all);
+    # the serialized texts kept are one per distinct residual object.
+    assert len(residuals) <= 1
+    texts = [text for _, text in mixed.residual_texts.values() if text is not None]
+    assert len(texts) == len(set(texts)) == len(residuals)

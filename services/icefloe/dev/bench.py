@@ -61,6 +61,8 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "icefloe.dev.bench_planner",
     "icefloe.dev.bench_commit_path",
     "icefloe.dev.bench_planner_service",
+    "icefloe.dev.bench_planner_hostile",
+    "icefloe.dev.bench_planner_memory",
     "icefloe.dev.bench_spark",
     "icefloe.dev.bench_compact",
     "icefloe.dev.bench_coordinator",

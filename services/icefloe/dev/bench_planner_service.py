@@ -184,6 +184,35 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+async def probe_healthz(
+    url: str,
+    done: asyncio.Event,
+    health: list[float],
+    connect: list[float],
+    health_cpu: list[float],
+    threads: list[Path],
+) -> None:
+    """Probe ``/healthz`` every 10 ms until ``done``, each probe on a new connection as a
+    kubelet's: appends each probe's latency, its TCP connect (a full accept queue: > 1 s)
+    and the CPU the serving event loops (``threads``' schedstat) ran meanwhile. Raises
+    :class:`LoadGeneratorError` for any answer but 200."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    while not done.is_set():
+        cpu = _on_cpu(threads)
+        started = time.perf_counter()
+        reader, writer = await asyncio.open_connection(host, int(port))
+        connect.append(time.perf_counter() - started)
+        writer.write(request.encode())
+        answer = await reader.read()
+        health.append(time.perf_counter() - started)
+        health_cpu.append(_on_cpu(threads) - cpu)
+        writer.close()
+        if not answer.startswith(b"HTTP/1.1 200"):
+            raise LoadGeneratorError(f"/healthz answered {answer[:100]!r}")
+        await asyncio.sleep(0.01)
+
+
 class _NoPlanFinished(LoadGeneratorError):
     """wrk finished no plan in its time, without any error: the time was too short for this
     machine's load (a plan slower than the whole run), not a failure."""
@@ -229,29 +258,12 @@ async def _run_level_once(
             peak = max(peak, rss_bytes(pid))
             await asyncio.sleep(0.05)
 
-    async def prober() -> None:
-        host, _, port = url.removeprefix("http://").partition(":")
-        request = f"GET /healthz HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
-        while not done.is_set():
-            cpu = _on_cpu(threads)
-            started = time.perf_counter()
-            reader, writer = await asyncio.open_connection(host, int(port))
-            connect.append(time.perf_counter() - started)
-            writer.write(request.encode())
-            answer = await reader.read()
-            health.append(time.perf_counter() - started)
-            health_cpu.append(_on_cpu(threads) - cpu)
-            writer.close()
-            if not answer.startswith(b"HTTP/1.1 200"):
-                raise LoadGeneratorError(f"/healthz answered {answer[:100]!r}")
-            await asyncio.sleep(0.01)
-
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(_WRK_SCRIPT.format(body=json.dumps(body)))
     children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     own_before = time.process_time()
     cpu_before = cpu_seconds(pid) if pid else 0.0
-    probe = asyncio.create_task(prober())
+    probe = asyncio.create_task(probe_healthz(url, done, health, connect, health_cpu, threads))
     sample = asyncio.create_task(sampler())
     try:
         process = await asyncio.create_subprocess_exec(
@@ -380,6 +392,22 @@ class Peer:
     full: Timing | None
 
 
+def planner_env(warehouse: Path, port: int, **settings: str) -> dict[str, str]:
+    """The environment of a bench's planner process: the file-system catalog at
+    ``warehouse`` on a loopback ``port``, no access log, a fixed plan secret, warnings
+    only, and ``settings`` as ``ICEFLOE_PLANNER_<NAME>`` variables."""
+    return {
+        **os.environ,
+        "ICEFLOE_PLANNER_CATALOG": f"file://{warehouse}",
+        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
+        "ICEFLOE_PLANNER_PORT": str(port),
+        "ICEFLOE_PLANNER_ACCESS_LOG": "false",
+        "ICEFLOE_PLANNER_PLAN_SECRET": "bench secret, sixteen bytes or more",
+        "ICEFLOE_PLANNER_LOG_LEVEL": "WARNING",
+        **{f"ICEFLOE_PLANNER_{name.upper()}": value for name, value in settings.items()},
+    }
+
+
 async def _serve(
     ctx: BenchContext,
     warehouse: Path,
@@ -394,21 +422,16 @@ async def _serve(
     import aiohttp
 
     port = free_port()
-    env = {
-        **os.environ,
-        "ICEFLOE_PLANNER_CATALOG": f"file://{warehouse}",
-        "ICEFLOE_PLANNER_HOST": "127.0.0.1",
-        "ICEFLOE_PLANNER_PORT": str(port),
-        "ICEFLOE_PLANNER_WORKERS": str(workers),
-        "ICEFLOE_PLANNER_PLANNING_CONCURRENCY": str(threads),
-        "ICEFLOE_PLANNER_CACHE_DIR": str(cache_dir),
-        "ICEFLOE_PLANNER_ACCESS_LOG": "false",
-        "ICEFLOE_PLANNER_PLAN_SECRET": "bench secret, sixteen bytes or more",
-        "ICEFLOE_PLANNER_LOG_LEVEL": "WARNING",
+    env = planner_env(
+        warehouse,
+        port,
+        workers=str(workers),
+        planning_concurrency=str(threads),
+        cache_dir=str(cache_dir),
         # One budget for cached and held manifests: a full plan pins the whole table, so
         # the budget must hold it (about 570 bytes per entry) for the plan to be held.
-        "ICEFLOE_PLANNER_CACHE_MAX_BYTES": str(cache_budget(files)),
-    }
+        cache_max_bytes=str(cache_budget(files)),
+    )
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "icefloe.cli", "planner", env=env
     )
@@ -515,7 +538,11 @@ def cache_budget(files: int) -> int:
 
 
 async def _held_curve(
-    session: Any, url: str, pid: int, selective: dict[str, Any]
+    session: Any,
+    url: str,
+    pid: int,
+    selective: dict[str, Any],
+    steps: tuple[int, ...] = HELD_PLANS,
 ) -> list[tuple[int, int, int, int, int, int]]:
     """Full plans asked (and held: their other pages are never fetched) in steps, each step
     spread over 150 pooled connections as 150 clients would; after each, RSS and what
@@ -535,7 +562,7 @@ async def _held_curve(
 
         # Open the 150 pooled connections first: 150 selective plans at once.
         await asyncio.gather(*(ask({"filter": selective}) for _ in range(150)))
-        for target in HELD_PLANS:
+        for target in steps:
             while held < target:
                 step = min(8, target - held)  # a few at a time, over the pooled connections
                 await asyncio.gather(*(ask({}) for _ in range(step)))

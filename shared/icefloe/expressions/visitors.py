@@ -9,7 +9,7 @@ exhaust Python's recursion limit.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from icefloe.errors import ValidationError
 from icefloe.expressions.boolean import AlwaysFalse, AlwaysTrue, And, BooleanExpression, Not, Or
@@ -52,7 +52,13 @@ def visit(expr: BooleanExpression, visitor: BooleanExpressionVisitor[T]) -> T:
 
     Iterative rather than recursive, so a filter with thousands of ``OR`` branches (as
     engines generate for large IN lists) cannot exhaust Python's recursion limit.
+
+    A :class:`RebuildingVisitor` that keeps a connective's default rebuild gets the original
+    node back wherever its children came back unchanged: a residual that decides nothing, or
+    a NOT-free filter pushed through :func:`rewrite_not`, is the very object it was given,
+    not a copy (an 800-deep AND chain rebuilt per partition was megabytes per plan).
     """
+    share = _sharing(visitor)
     results: list[T] = []
     # Each stack entry is (node, children_done).
     stack: list[tuple[BooleanExpression, bool]] = [(expr, False)]
@@ -66,7 +72,13 @@ def visit(expr: BooleanExpression, visitor: BooleanExpressionVisitor[T]) -> T:
                 continue
             right = results.pop()
             left = results.pop()
-            if isinstance(node, And):
+            if (
+                share[0 if isinstance(node, And) else 1]
+                and left is node.left
+                and right is node.right
+            ):
+                results.append(node)  # type: ignore[arg-type]  # T is BooleanExpression
+            elif isinstance(node, And):
                 results.append(visitor.visit_and(left, right))
             else:
                 results.append(visitor.visit_or(left, right))
@@ -75,7 +87,11 @@ def visit(expr: BooleanExpression, visitor: BooleanExpressionVisitor[T]) -> T:
                 stack.append((node, True))
                 stack.append((node.child, False))
                 continue
-            results.append(visitor.visit_not(results.pop()))
+            child = results.pop()
+            if share[2] and child is node.child:
+                results.append(node)  # type: ignore[arg-type]  # T is BooleanExpression
+            else:
+                results.append(visitor.visit_not(child))
         elif isinstance(node, AlwaysTrue):
             results.append(visitor.visit_true())
         elif isinstance(node, AlwaysFalse):
@@ -87,6 +103,19 @@ def visit(expr: BooleanExpression, visitor: BooleanExpressionVisitor[T]) -> T:
         else:
             raise ValidationError(f"not a boolean expression: {node!r:.80}")
     return results.pop()
+
+
+def _sharing(visitor: BooleanExpressionVisitor[Any]) -> tuple[bool, bool, bool]:
+    """Whether ``visit`` may return an AND, OR and NOT node itself when its children come
+    back unchanged: for a :class:`RebuildingVisitor` whose hook for it is the default."""
+    if not isinstance(visitor, RebuildingVisitor):
+        return (False, False, False)
+    kind = type(visitor)
+    return (
+        kind.visit_and is RebuildingVisitor.visit_and,
+        kind.visit_or is RebuildingVisitor.visit_or,
+        kind.visit_not is RebuildingVisitor.visit_not,
+    )
 
 
 class RebuildingVisitor(BooleanExpressionVisitor[BooleanExpression]):
@@ -109,25 +138,42 @@ class RebuildingVisitor(BooleanExpressionVisitor[BooleanExpression]):
         return Or(left, right)
 
 
-class _RewriteNot(RebuildingVisitor):
-    def visit_not(self, child_result: BooleanExpression) -> BooleanExpression:
-        return child_result.negate()
-
-    def visit_unbound_predicate(self, predicate: UnboundPredicate) -> BooleanExpression:
-        return predicate
-
-    def visit_bound_predicate(self, predicate: BoundPredicate) -> BooleanExpression:
-        return predicate
-
-
 def rewrite_not(expr: BooleanExpression) -> BooleanExpression:
     """Push every NOT down into the predicates, preserving meaning exactly.
 
     A bound result contains no ``Not`` at all, which is what projections and metrics
     evaluators need. An unbound order comparison under NOT stays wrapped (its exact
     negation depends on the column; see the module docstring).
+
+    One iterative pass carrying each node's polarity: negating a rewritten subtree at every
+    NOT instead (``child.negate()``) walked a NOT/OR nest 800 deep once per NOT, recursively.
+    A subtree without a NOT above or inside it is returned as the very object it was.
     """
-    return visit(expr, _RewriteNot())
+    results: list[BooleanExpression] = []
+    stack: list[tuple[BooleanExpression, bool, bool]] = [(expr, False, False)]  # negated, done
+    while stack:
+        node, negated, done = stack.pop()
+        if isinstance(node, Not):
+            stack.append((node.child, not negated, False))
+        elif isinstance(node, And | Or):
+            if not done:
+                stack.append((node, negated, True))
+                stack.append((node.right, negated, False))
+                stack.append((node.left, negated, False))
+                continue
+            right = results.pop()
+            left = results.pop()
+            if not negated and left is node.left and right is node.right:
+                results.append(node)
+            elif isinstance(node, And) != negated:  # AND, or a negated OR
+                results.append(And(left, right))
+            else:
+                results.append(Or(left, right))
+        elif isinstance(node, AlwaysTrue | AlwaysFalse | BoundPredicate | UnboundPredicate):
+            results.append(node.negate() if negated else node)
+        else:
+            raise ValidationError(f"not a boolean expression: {node!r:.80}")
+    return results.pop()
 
 
 def is_bound(expr: BooleanExpression) -> bool:
