@@ -144,6 +144,20 @@ def compaction_due(metadata: TableMetadata, policy: AutoCompactionPolicy) -> str
     return None
 
 
+def compacts_itself(metadata: TableMetadata) -> bool:
+    """Whether the coordinator compacts this table between its own commits, so that no engine
+    should be asked to: a keyed table with auto compaction on. An engine's rewrite of such a
+    table races its upserts (each upsert adds deletion vectors to the files being rewritten)
+    and loses to them; the coordinator's never does. A table whose property is unreadable is
+    left to the engines, as the compactor leaves it alone too."""
+    if not metadata.schema().identifier_field_ids:
+        return False
+    try:
+        return AutoCompactionPolicy.for_table(metadata).enabled
+    except ValidationError:
+        return False
+
+
 def _count(summary: Summary, key: str) -> int:
     try:
         return int(summary.get(key) or 0)
@@ -269,4 +283,5 @@ __all__ = [
     "AutoCompactionPolicy",
     "TableCompactor",
     "compaction_due",
+    "compacts_itself",
 ]

@@ -31,7 +31,9 @@ none); :func:`icefloe.maintenance_policy.expiry_retention` says which holds what
 orphan removal last ran is recorded in the table, so a restart or a new owner does not
 list the location again before the interval is up.
 
-Compaction candidates are announced, not compacted (compaction needs an engine): when the
+Compaction candidates are announced, not compacted (compaction needs an engine), except on keyed
+tables that the coordinator compacts itself between their commits (``icefloe.coordinator.compactor``,
+:func:`~icefloe.coordinator.compactor.compacts_itself`): when the
 table's compaction plan has work, a ``compaction-candidates`` JSON message, keyed by table,
 goes to the maintenance topic for a scheduled Spark job (``icefloe.spark.compact``) to pick
 up::
@@ -66,6 +68,7 @@ from aiokafka.partitioner import DefaultPartitioner
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from icefloe.catalog import Catalog, Namespace
+from icefloe.coordinator.compactor import compacts_itself
 from icefloe.errors import NotFoundError
 from icefloe.events import event_key
 from icefloe.maintenance_policy import Action, MaintenanceReport, run_maintenance
@@ -420,6 +423,10 @@ class MaintenanceRunner:
                 extra={"table": table},
             )
         message = candidates_message(report)
+        if message is not None and compacts_itself(loaded.metadata):
+            # The coordinator compacts this table itself (icefloe.coordinator.compactor): a
+            # Spark rewrite announced here would only race the table's upserts and lose.
+            message = None
         if message is not None and self.publish is not None and self.settings.topic:
             try:
                 await self.publish(

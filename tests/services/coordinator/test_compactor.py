@@ -36,6 +36,7 @@ from icefloe.coordinator.compactor import (
     AutoCompactionPolicy,
     TableCompactor,
     compaction_due,
+    compacts_itself,
 )
 from icefloe.datafile import DataFileContent
 from icefloe.errors import ValidationConflictError, ValidationError
@@ -218,9 +219,13 @@ async def test_the_trigger_reads_summaries_and_the_switch_turns_it_off(env: Env)
     committer.table = await env.reload()
     assert await TableCompactor(committer).maybe_compact() is None
     assert (await env.reload()).metadata.current_snapshot().summary.operation != "replace"  # type: ignore[union-attr]
+    assert not compacts_itself((await env.reload()).metadata)  # announced to engines again
     await set_properties(env, **{AUTO_ENABLED: "maybe"})
     with pytest.raises(ValidationError, match=AUTO_ENABLED):
         AutoCompactionPolicy.for_table((await env.reload()).metadata)
+    assert not compacts_itself((await env.reload()).metadata)
+    await set_properties(env, **{AUTO_ENABLED: "true"})
+    assert compacts_itself((await env.reload()).metadata)
 
 
 _CRASHING = textwrap.dedent(
