@@ -12,6 +12,7 @@ only callers that need Python objects turn rows into :class:`~icefloe.datafile.D
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -492,11 +493,28 @@ def _writer_partition_type(
     their types before any promotion, which is what the stored values are. The table's
     schema is the fallback when the metadata is unusable.
     """
-    fallback = spec.partition_type(schema)
     try:
         meta = read_manifest_metadata(data, location=location)
-        writer_schema = Schema.from_json(json.loads(meta["schema"]))
-        fields = json.loads(meta["partition-spec"])
+    except IcefloeError:
+        return spec.partition_type(schema)
+    texts = (meta.get("schema"), meta.get("partition-spec"))
+    try:
+        return _partition_type_of(*texts, spec, schema)
+    except TypeError:  # a schema that does not hash (a default value of a nested type)
+        return _partition_type_of.__wrapped__(*texts, spec, schema)
+
+
+@functools.lru_cache(maxsize=64)
+def _partition_type_of(
+    schema_text: str | None, spec_text: str | None, spec: PartitionSpec, schema: Schema
+) -> StructType:
+    """:func:`_writer_partition_type` from the manifest's metadata texts, once per distinct
+    texts and table spec and schema (a table's manifests share them; parsing the writer's
+    schema and spec was a tenth of a 5,000-entry decode). Struct types are immutable."""
+    fallback = spec.partition_type(schema)
+    try:
+        writer_schema = Schema.from_json(json.loads(schema_text))  # type: ignore[arg-type]
+        fields = json.loads(spec_text)  # type: ignore[arg-type]
         writer_spec = PartitionSpec.from_json(
             fields if isinstance(fields, list) else fields.get("fields", [])
         )
