@@ -29,6 +29,7 @@ precisely.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
@@ -104,9 +105,14 @@ def record_count(data: bytes, start: int, location: str) -> int:
     :class:`ArrowDecodeUnavailable`.
     """
     sync = data[start - SYNC_SIZE : start]
-    pos, total = start, 0
-    while pos < len(data):
-        count, pos = _varint(data, pos, location)
+    pos, total, end = start, 0, len(data)
+    while pos < end:
+        # A block's count usually fits one byte: read that inline, the rest by _varint.
+        byte = data[pos]
+        if byte < 0x80:
+            count, pos = (byte >> 1) ^ -(byte & 1), pos + 1
+        else:
+            count, pos = _varint(data, pos, location)
         size, pos = _varint(data, pos, location)
         if count < 0 or size < 0:
             raise ArrowDecodeUnavailable(f"{location}: a block has a negative count or size")
@@ -172,18 +178,34 @@ def _without_empty_records(t: Any, location: str) -> Any:
     return t
 
 
+@functools.lru_cache(maxsize=64)
+def _stripped_schema(text: str) -> str | None:
+    """A schema text rid of empty records, or None if it has none (once per distinct text:
+    a table's manifests share theirs). Raises :class:`ArrowDecodeUnavailable` naming no
+    file (the caller adds it)."""
+    try:
+        schema = json.loads(text)
+    except ValueError as e:
+        raise ArrowDecodeUnavailable(f"the Avro schema is unusable: {e}") from e
+    stripped = _without_empty_records(schema, "the file")
+    if stripped == schema:
+        return None
+    if _is_empty_record(schema):
+        raise ArrowDecodeUnavailable("the file's records have no fields")
+    return json.dumps(stripped)
+
+
 def _for_datafusion(data: bytes, meta: dict[str, str], end: int, location: str) -> bytes:
     """The file with its schema rid of empty records (the same bytes if it has none)."""
+    if "avro.schema" not in meta:
+        raise ArrowDecodeUnavailable(f"{location}: the Avro schema is unusable: no avro.schema")
     try:
-        schema = json.loads(meta["avro.schema"])
-    except (KeyError, ValueError) as e:
-        raise ArrowDecodeUnavailable(f"{location}: the Avro schema is unusable: {e}") from e
-    stripped = _without_empty_records(schema, location)
-    if stripped == schema:
+        stripped = _stripped_schema(meta["avro.schema"])
+    except ArrowDecodeUnavailable as e:
+        raise ArrowDecodeUnavailable(f"{location}: {e}") from e
+    if stripped is None:
         return data
-    if _is_empty_record(schema):
-        raise ArrowDecodeUnavailable(f"{location}: the file's records have no fields")
-    items = {**meta, "avro.schema": json.dumps(stripped)}
+    items = {**meta, "avro.schema": stripped}
     header = bytearray(AVRO_MAGIC)
     header += _zigzag(len(items))
     for key, value in items.items():

@@ -12,6 +12,7 @@ only callers that need Python objects turn rows into :class:`~icefloe.datafile.D
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -62,16 +64,31 @@ BOUND_COLUMNS = ("lower_bounds", "upper_bounds")
 
 def _map_value(array: Any, parents: Any, key: int, row_numbers: Any) -> Any:
     """The value of ``key`` in each row's map of a ``map<int, V>`` column (one map per
-    file); null where the map or the key is absent. ``parents`` is each map entry's row."""
+    file); null where the map or the key is absent. ``parents`` is each map entry's row.
+
+    A row whose map holds ``key`` twice takes its first entry's value. The entries found
+    are in row order, so when each row has at most one (always, for maps written by a
+    conforming writer) they are spread by position (and are the answer as they are when
+    every row has one); only duplicates need the hash lookup of ``index_in``: a cold plan
+    cuts several such columns out of every manifest it decodes.
+    """
     keys = array.keys
     value_type = array.type.item_type
+    n = len(array)
     if len(keys) == 0:
-        return pa.nulls(len(array), value_type)
+        return pa.nulls(n, value_type)
     hit = pc.equal(keys, key)
     rows = pc.filter(parents, hit)
     if len(rows) == 0:
-        return pa.nulls(len(array), value_type)
+        return pa.nulls(n, value_type)
     values = pc.filter(array.items, hit)
+    found = rows.to_numpy()
+    if len(found) < 2 or bool((found[1:] > found[:-1]).all()):
+        if len(found) == n:
+            return values  # n distinct rows ascending in [0, n): every row, in order
+        where = np.full(n, -1, dtype=np.int64)
+        where[found] = np.arange(len(found), dtype=np.int64)
+        return pc.take(values, pa.array(where, mask=where < 0))
     return pc.take(values, pc.index_in(row_numbers, value_set=rows))
 
 
@@ -114,6 +131,9 @@ class CachedManifest:
         self._derived: dict[tuple[Any, ...], Any] = {}
         self._lock = threading.Lock()
         self._on_grow: Callable[[int], None] | None = None
+        # The disk store of the cache that holds this manifest (set by the cache): where
+        # values derived from all its rows are shared with the host's other processes.
+        self.store: ManifestStore | None = None
         base = sum(int(a.nbytes) for a in columns.values())
         base += sum(int(a.nbytes) for a in partitions or ())
         if partition_tuples is not None:
@@ -227,6 +247,37 @@ class CachedManifest:
 
     def row_numbers(self) -> Any:
         return self._remember(("rows",), lambda: row_numbers(self.num_rows))
+
+    def derived(
+        self, key: tuple[Any, ...], make: Callable[[], Any], *, shared: str | None = None
+    ) -> Any:
+        """A value computed from this manifest's rows once (``make()``, which must give the
+        same value for the same ``key`` every time) and kept with it, its ``nbytes``
+        counted in the manifest's bytes as the columns derived for filters are: a writer
+        of the REST JSON keeps the task texts of every row here, so the next full plan of
+        the table serves its pages by copying them.
+
+        ``shared`` (a text naming all that ``key`` names, stable across processes) also
+        keeps an Arrow array in the cache's disk store (:attr:`store`) and looks for it
+        there first, so the planner processes of a host, and a restarted one, write it once.
+        """
+        store = self.store
+        if shared is None or store is None:
+            return self._remember(("derived", *key), make)
+
+        def load_or_make() -> Any:
+            found = store.load_derived(self.manifest, shared)
+            if found is not None:
+                return found
+            value = make()
+            store.save_derived(self.manifest, shared, value)
+            return value
+
+        return self._remember(("derived", *key), load_or_make)
+
+    def has_derived(self, key: tuple[Any, ...]) -> bool:
+        """Whether :meth:`derived` holds a value for ``key`` already."""
+        return ("derived", *key) in self._derived
 
     def column(self, name: str) -> Any:
         return self._columns[name]
@@ -442,11 +493,28 @@ def _writer_partition_type(
     their types before any promotion, which is what the stored values are. The table's
     schema is the fallback when the metadata is unusable.
     """
-    fallback = spec.partition_type(schema)
     try:
         meta = read_manifest_metadata(data, location=location)
-        writer_schema = Schema.from_json(json.loads(meta["schema"]))
-        fields = json.loads(meta["partition-spec"])
+    except IcefloeError:
+        return spec.partition_type(schema)
+    texts = (meta.get("schema"), meta.get("partition-spec"))
+    try:
+        return _partition_type_of(*texts, spec, schema)
+    except TypeError:  # a schema that does not hash (a default value of a nested type)
+        return _partition_type_of.__wrapped__(*texts, spec, schema)
+
+
+@functools.lru_cache(maxsize=64)
+def _partition_type_of(
+    schema_text: str | None, spec_text: str | None, spec: PartitionSpec, schema: Schema
+) -> StructType:
+    """:func:`_writer_partition_type` from the manifest's metadata texts, once per distinct
+    texts and table spec and schema (a table's manifests share them; parsing the writer's
+    schema and spec was a tenth of a 5,000-entry decode). Struct types are immutable."""
+    fallback = spec.partition_type(schema)
+    try:
+        writer_schema = Schema.from_json(json.loads(schema_text))  # type: ignore[arg-type]
+        fields = json.loads(spec_text)  # type: ignore[arg-type]
         writer_spec = PartitionSpec.from_json(
             fields if isinstance(fields, list) else fields.get("fields", [])
         )

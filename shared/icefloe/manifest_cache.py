@@ -387,6 +387,8 @@ class ManifestCache:
             return cached
 
         value: CachedManifest = await self._load(path, load)
+        if self.store is not None and value.store is None:
+            value.store = self.store  # values derived from all its rows are shared there
         return value
 
     async def manifests(

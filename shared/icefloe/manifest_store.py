@@ -13,6 +13,11 @@ manifest is committed. Writes go to a temporary file renamed into place, so conc
 processes never see a partial file; a file that does not read back is deleted and reported
 as a miss. The directory is kept within ``max_bytes`` by deleting the least recently written
 files.
+
+Beside a manifest's columns the store keeps arrays *derived* from all its rows
+(:meth:`ManifestStore.save_derived`, named by a text that says all the value depends on):
+the REST task texts of a full plan, which one planner process writes and every other
+process of the host maps instead of writing them again.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from icefloe.types import StructType
 log = logging.getLogger(__name__)
 
 FORMAT = b"icefloe-manifest-columns-1"
+DERIVED_FORMAT = b"icefloe-manifest-derived-1"
 _PARTITION_PREFIX = "__partition_"
 
 
@@ -50,8 +56,9 @@ class StoredColumns:
     nbytes: int
 
 
-def store_key(manifest: ManifestFile) -> str:
-    """The file name of a manifest's decoded columns."""
+def store_key(manifest: ManifestFile, derived: str | None = None) -> str:
+    """The file name of a manifest's decoded columns, or of a value ``derived`` from them
+    (:meth:`ManifestStore.save_derived`)."""
     identity = "\x00".join(
         str(v)
         for v in (
@@ -62,6 +69,8 @@ def store_key(manifest: ManifestFile) -> str:
             manifest.partition_spec_id,
         )
     )
+    if derived is not None:
+        identity += "\x00derived\x00" + derived
     return hashlib.sha256(identity.encode("utf-8")).hexdigest() + ".arrow"
 
 
@@ -133,6 +142,76 @@ class ManifestStore:
             self.hits += 1
         return StoredColumns(columns, partitions, partition_type, int(batch.nbytes))
 
+    def load_derived(self, manifest: ManifestFile, name: str) -> Any | None:
+        """The array saved by :meth:`save_derived` under ``name``, memory-mapped (so every
+        process of the host shares its pages); None if absent or unreadable."""
+        path = self.directory / store_key(manifest, name)
+        try:
+            source = pa.memory_map(str(path), "r")
+        except OSError:
+            return None
+        try:
+            reader = pa.ipc.open_file(source)
+            meta = reader.schema.metadata or {}
+            if (
+                meta.get(b"format") != DERIVED_FORMAT
+                or meta.get(b"manifest") != manifest.manifest_path.encode("utf-8")
+                or meta.get(b"derived") != name.encode("utf-8")
+                or reader.num_record_batches != 1
+            ):
+                raise ValueError("written for another manifest, value or format")
+            batch = reader.get_batch(0)
+            if batch.num_columns != 1:
+                raise ValueError("not one column")
+        except (pa.ArrowException, ValueError, OSError) as e:
+            log.warning("manifest store: dropping unreadable %s: %s", path, e)
+            self._remove(path)
+            return None
+        return batch.column(0)
+
+    def save_derived(self, manifest: ManifestFile, name: str, array: Any) -> bool:
+        """Persist one array computed from a manifest's rows under ``name`` (a text naming
+        everything else the value depends on), for any process of the host to map (best
+        effort, as :meth:`save`); within the same budget as the columns."""
+        if self.max_bytes == 0:
+            return False
+        try:
+            batch = pa.RecordBatch.from_arrays([array], names=["value"])
+            batch = batch.replace_schema_metadata(
+                {
+                    b"format": DERIVED_FORMAT,
+                    b"manifest": manifest.manifest_path.encode("utf-8"),
+                    b"derived": name.encode("utf-8"),
+                }
+            )
+            return self._write(store_key(manifest, name), batch)
+        except (pa.ArrowException, OSError, ValueError) as e:
+            log.warning("manifest store: cannot save %s of %s: %s", name, manifest.manifest_path, e)
+            return False
+
+    def _write(self, name: str, batch: Any) -> bool:
+        """Write ``batch`` as file ``name`` (a temporary file renamed into place), count it
+        and keep the directory within the budget."""
+        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as raw, pa.ipc.new_file(raw, batch.schema) as writer:
+                writer.write_batch(batch)
+            size = os.path.getsize(tmp)
+            target = self.directory / name
+            existed = target.exists()
+            os.replace(tmp, target)
+        except BaseException:
+            with_suppressed_unlink(tmp)
+            raise
+        with self._lock:
+            self.writes += 1
+            if not existed:
+                self._bytes += size
+            over = self._bytes > self.max_bytes
+        if over:
+            self._shrink()
+        return True
+
     def save(
         self,
         manifest: ManifestFile,
@@ -157,28 +236,10 @@ class ManifestStore:
                     ).encode("utf-8"),
                 }
             )
-            fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-            try:
-                with os.fdopen(fd, "wb") as raw, pa.ipc.new_file(raw, batch.schema) as writer:
-                    writer.write_batch(batch)
-                size = os.path.getsize(tmp)
-                target = self.directory / store_key(manifest)
-                existed = target.exists()
-                os.replace(tmp, target)
-            except BaseException:
-                with_suppressed_unlink(tmp)
-                raise
+            return self._write(store_key(manifest), batch)
         except (pa.ArrowException, OSError, ValueError) as e:
             log.warning("manifest store: cannot save %s: %s", manifest.manifest_path, e)
             return False
-        with self._lock:
-            self.writes += 1
-            if not existed:
-                self._bytes += size
-            over = self._bytes > self.max_bytes
-        if over:
-            self._shrink()
-        return True
 
     def _remove(self, path: Path) -> None:
         try:

@@ -20,6 +20,7 @@ partition specs and pages.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import threading
@@ -360,6 +361,16 @@ class _HeadCache:
 
     def get(self, plan: ScanPlan, m: CachedManifest, cut: _Rows, closed: bool) -> Any:
         start = cut.first
+        kept = _kept_texts(plan, m, closed)
+        if kept is not None:
+            texts = m.derived(
+                kept,
+                lambda: _head(plan, m, _Rows(m, m.row_numbers()), closed),
+                shared=_shared_name(kept),
+            )
+            if start is None:
+                return pc.take(texts, cut.rows)
+            return texts if len(cut.rows) == m.num_rows else texts.slice(start, len(cut.rows))
         if start is None or len(cut.rows) == m.num_rows:
             return _head(plan, m, cut, closed)
         key = (id(plan), id(m))
@@ -384,6 +395,9 @@ class _HeadCache:
         return texts.slice(start, len(cut.rows))
 
     def holds(self, plan: ScanPlan, m: CachedManifest) -> bool:
+        kept = _kept_texts(plan, m, not len(plan.deletes))
+        if kept is not None and m.has_derived(kept):
+            return True
         with self._lock:
             entry = self._entries.get((id(plan), id(m)))
         return entry is not None and entry[0]() is plan and entry[1]() is m
@@ -392,6 +406,41 @@ class _HeadCache:
         entry = self._entries.pop(key, None)
         if entry is not None:
             self._bytes -= int(entry[2].nbytes)
+
+
+def _kept_texts(plan: ScanPlan, m: CachedManifest, closed: bool) -> tuple[Any, ...] | None:
+    """The key under which manifest ``m`` keeps the task texts of all its rows for plans like
+    ``plan`` (:meth:`CachedManifest.derived`), or None if they are not kept.
+
+    They are kept for plans without a row filter (full scans: the pages that cost most,
+    a million files of them, and a dashboard's refresh asks for the same again); a text
+    is then a function of the manifest's row and of what the key names: the types the
+    partition values are written as, the stats fields asked for (with the types their
+    bounds are written as), and whether delete references follow. Types rather than a
+    schema id: two tables registered over the same files share the cached manifest. With
+    a filter the residuals would be a part of the key, so those texts live only while a
+    plan is paged (:class:`_HeadCache`).
+    """
+    if not isinstance(plan.row_filter, AlwaysTrue):
+        return None
+    partition = plan.specs[m.spec_id].partition_type(plan.schema)
+    stats = tuple(
+        (fid, None if (f := plan.schema.find_field(fid)) is None else (f.name, f.field_type))
+        for fid in sorted(plan.stats_field_ids)
+    )
+    return ("task-texts", partition, stats, closed)
+
+
+# The version of the task texts' form: texts kept in a disk store by an older writer are not
+# served once this changes (bump it with any change to what :func:`_head` writes).
+TEXTS_VERSION = 1
+
+
+def _shared_name(kept: tuple[Any, ...]) -> str:
+    """The name of kept texts in a disk store, the same in every process: a digest of what
+    the key names (types print the same everywhere) and of the writer's version."""
+    digest = hashlib.sha256(f"{TEXTS_VERSION}:{kept!r}".encode()).hexdigest()
+    return f"scan-task-texts-{digest}"
 
 
 HEAD_CACHE_MAX_BYTES = 32 << 20

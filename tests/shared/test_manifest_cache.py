@@ -54,7 +54,7 @@ from icefloe.manifest_cache import (
     values_to_arrow,
 )
 from icefloe.manifest_list import ManifestFile, write_manifest_list
-from icefloe.manifest_store import ManifestStore
+from icefloe.manifest_store import ManifestStore, store_key
 from icefloe.partition import PartitionSpec, PartitionSpecBuilder
 from icefloe.projection import inclusive_projection
 from icefloe.schema import Schema
@@ -753,3 +753,33 @@ async def test_the_store_keeps_within_its_disk_budget(tmp_path: Any) -> None:
     on_disk = sum(p.stat().st_size for p in (tmp_path / "store").glob("*.arrow"))
     assert on_disk <= one * 3.5 and on_disk == store.bytes
     assert 1 <= len(list((tmp_path / "store").glob("*.arrow"))) <= 3
+
+
+async def test_a_derived_value_is_shared_through_the_store_and_a_damaged_one_made_again(
+    tmp_path: Any,
+) -> None:
+    rows = _store_manifests(tmp_path, 1)
+    store = ManifestStore(tmp_path / "store", 64 << 20)
+    one = await ManifestCache(LocalFileIO(), 64 << 20, store=store).manifest(rows[0], SPECS, SCHEMA)
+    made: list[int] = []
+
+    def make(tag: int) -> Any:
+        made.append(tag)
+        return pa.array([f"{tag}:{i}" for i in range(one.num_rows)], pa.string())
+
+    first = one.derived(("texts",), lambda: make(1), shared="texts")
+    other = await ManifestCache(LocalFileIO(), 64 << 20, store=store).manifest(
+        rows[0], SPECS, SCHEMA
+    )
+    assert other is not one
+    assert other.derived(("texts",), lambda: make(2), shared="texts").equals(first)
+    assert other.derived(("else",), lambda: make(3), shared="else").to_pylist()[0] == "3:0"
+    assert made == [1, 3] and other.has_derived(("texts",))
+    texts = tmp_path / "store" / store_key(rows[0], "texts")
+    texts.write_bytes(texts.read_bytes()[:50])
+    third = await ManifestCache(LocalFileIO(), 64 << 20, store=store).manifest(
+        rows[0], SPECS, SCHEMA
+    )
+    assert third.derived(("texts",), lambda: make(4), shared="texts").to_pylist()[0] == "4:0"
+    assert store.load_derived(rows[0], "texts") is not None  # written again
+    assert store.load_derived(rows[0], "another name") is None

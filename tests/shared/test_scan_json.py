@@ -29,6 +29,7 @@ from icefloe.delete_index import DELETE_FILE_PATH_ID
 from icefloe.expression_json import parse_expression
 from icefloe.fileio import LocalFileIO
 from icefloe.manifest_cache import ManifestCache
+from icefloe.manifest_store import ManifestStore
 from icefloe.metadata_builder import LAST_ADDED, MetadataBuilder
 from icefloe.partition import PartitionSpecBuilder
 from icefloe.scan import ScanPlan, plan_scan
@@ -326,6 +327,83 @@ def test_a_manifests_later_pages_are_slices_of_texts_already_written(
 
 def _first_snapshot(table: Table) -> int:
     return min(table.metadata.snapshots, key=lambda s: s.sequence_number).snapshot_id
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["v2", "v3"])
+def test_full_plans_of_one_cache_serve_the_texts_kept_by_the_first(
+    tables: list[Table], which: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full scan's task texts are kept with the cached manifests (counted in the cache's
+    bytes) and later full plans of the same cache, with other stats fields, at another
+    snapshot (without the deletes), page through them: every page still equals the
+    reference, whatever was written before it."""
+    monkeypatch.setattr(scan_json, "COLUMNS_FROM_ROWS", 0)
+    table = tables[which]
+    cache = ManifestCache(table.io)
+
+    def plan(**kwargs: Any) -> ScanPlan:
+        return asyncio.run(plan_scan(table.metadata, cache, **kwargs))
+
+    first = _first_snapshot(table)
+    kinds: list[dict[str, Any]] = [
+        {},
+        {"stats_fields": ["id", "amount"]},
+        {"snapshot_id": first},
+        {},
+        {"snapshot_id": first},
+    ]
+    for k, kwargs in enumerate(kinds):
+        p = plan(**kwargs)
+        before = cache.stats().bytes
+        for size in (3, 1000, 2):
+            for start in range(0, len(p), size):
+                ours = json.loads(scan_tasks_bytes(p, start, start + size))
+                assert _canonical(ours) == _canonical(scan_tasks_json(p, start, start + size))
+        if k < 3:
+            assert cache.stats().bytes > before  # the texts kept count against the budget
+        else:
+            assert cache.stats().bytes == before  # served from the texts the first kept
+    no_deletes = plan(snapshot_id=first)
+    assert not len(no_deletes.deletes)
+    assert scan_json.page_is_written(no_deletes, 0, len(no_deletes))
+    filtered = plan(row_filter=parse_expression(FILTERS[5]), snapshot_id=first)
+    assert not len(filtered.deletes) and len(filtered) > 4
+    assert not scan_json.page_is_written(filtered, 0, len(filtered))
+
+
+def test_a_second_cache_over_the_same_disk_store_maps_the_texts_the_first_wrote(
+    tables: list[Table], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two planner processes share a disk store: the full plan's task texts written by one
+    are mapped from disk by the other, which writes no text itself, and its pages equal the
+    reference; texts for other stats fields are written anew, not taken from the store."""
+    monkeypatch.setattr(scan_json, "COLUMNS_FROM_ROWS", 0)
+    table = tables[0]
+    first = _first_snapshot(table)
+
+    def pages(cache: ManifestCache, **kwargs: Any) -> list[bytes]:
+        p = asyncio.run(plan_scan(table.metadata, cache, snapshot_id=first, **kwargs))
+        out = [scan_tasks_bytes(p, start, start + 3) for start in range(0, len(p), 3)]
+        for k, start in enumerate(range(0, len(p), 3)):
+            reference = scan_tasks_json(p, start, start + 3)
+            assert _canonical(json.loads(out[k])) == _canonical(reference)
+        return out
+
+    store = tmp_path / "store"
+    written = pages(ManifestCache(table.io, store=ManifestStore(store, 1 << 30)))
+    assert any(store.glob("*.arrow"))
+
+    def no_writing(*args: Any) -> Any:
+        raise AssertionError("the texts were written again")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(scan_json, "_head", no_writing)
+        again = pages(ManifestCache(table.io, store=ManifestStore(store, 1 << 30)))
+    assert again == written
+    with_stats = pages(
+        ManifestCache(table.io, store=ManifestStore(store, 1 << 30)), stats_fields=["id"]
+    )
+    assert with_stats != written
 
 
 # ---------------------------------------------------------------------------------------------
