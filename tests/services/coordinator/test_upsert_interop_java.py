@@ -294,6 +294,14 @@ async def test_java_merge_and_delete_interleave_with_icefloe_upserts(
     assert len(interleaved.indexes) == 1, "one key index, kept up to date across Java's commits"
 
 
+@pytest.mark.parametrize(
+    "interleaved",
+    # copy-on-write replaces the files holding changed rows; rewrite_data_files here replaces
+    # every file, so the merge-on-read tables cover that case too
+    [(2, MOR), (3, MOR)],
+    ids=["v2-merge-on-read", "v3-merge-on-read"],
+    indirect=True,
+)
 async def test_the_key_index_stays_true_through_java_compaction_rollback_and_expiry(
     interleaved: Interleaved,
 ) -> None:
