@@ -41,14 +41,21 @@ from test_exactly_once import (
 )
 from test_exactly_once_operations import CoordinatorAlive
 from test_upsert_service import CdcWriter, requested_order
-from upsert_fixtures import KEYED_SCHEMA, Change, apply_fold, fold_batch, keyed_table, table_rows
+from upsert_fixtures import (
+    KEYED_SCHEMA,
+    Change,
+    apply_fold,
+    fold_batch,
+    keyed_table,
+    other_engines_rows,
+    table_rows,
+)
 
 from icefloe.arrow_schema import schema_to_arrow
 from icefloe.catalog import Catalog
 from icefloe.cli.scan import task_rows
 from icefloe.compaction import CompactionPolicy, plan_compaction
 from icefloe.coordinator.committer import COMMIT_STAGES
-from icefloe.dev.bench_upsert import duckdb_reader, pyiceberg_read
 from icefloe.events import (
     CommitOperation,
     CommitRequested,
@@ -284,16 +291,6 @@ def decided(outputs: Outputs, table: str) -> int:
     return len(acked) + len(refused)
 
 
-def read_by_other_engines(location: str) -> dict[str, dict[int, tuple[str, int]]]:
-    """The table at ``location`` as PyIceberg and DuckDB read it, by key."""
-    out = {}
-    for engine, read in (("PyIceberg", pyiceberg_read), ("DuckDB", duckdb_reader())):
-        rows = read(location).select(["id", "value", "ord"]).to_pylist()
-        out[engine] = {r["id"]: (r["value"], r["ord"]) for r in rows}
-        assert len(out[engine]) == len(rows), f"{engine} sees a key twice in {location}"
-    return out
-
-
 async def test_upserts_stay_exactly_once_through_random_kills_and_crash_points(
     kafka_broker: str, redis_server: str, tmp_path: Path
 ) -> None:
@@ -451,7 +448,7 @@ async def test_upserts_stay_exactly_once_through_random_kills_and_crash_points(
             await assert_exact(catalog, outputs, table, order, batches)
             expected = await table_rows(await catalog.load_table(table))
             location = (await catalog.load_table(table)).metadata_location
-            for engine, rows in read_by_other_engines(location).items():
+            for engine, rows in other_engines_rows(location).items():
                 assert rows == expected, (table, engine)
             compactor = compactors[table]
             for commit_id in compactor.committed:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from test_table_committer import SOURCE, Env
 from upsert_fixtures import (
@@ -24,6 +23,7 @@ from upsert_fixtures import (
     fold_batch,
     key_file_for,
     live_delete_files,
+    other_engines_rows,
     table_rows,
 )
 
@@ -31,20 +31,12 @@ from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.coordinator.committer import TableCommitter
 from icefloe.datafile import DataFileContent
 from icefloe.delete_index import is_deletion_vector
-from icefloe.dev.bench_upsert import duckdb_reader, pyiceberg_read
 from icefloe.events import CommitOperation
 from icefloe.fileio import LocalFileIO
 
 State = dict[int, tuple[str, int]]
 KEYS = 30
 COMMITS = 8
-
-
-def rows_of(arrow: pa.Table, reader: str) -> State:
-    rows = arrow.select(["id", "value", "ord"]).to_pylist()
-    out = {r["id"]: (r["value"], r["ord"]) for r in rows}
-    assert len(out) == len(rows), f"{reader} sees a key twice"
-    return out
 
 
 async def upsert_history(tmp_path: Path, version: int) -> list[tuple[str, State, int]]:
@@ -93,7 +85,6 @@ async def test_duckdb_and_pyiceberg_read_every_snapshot_of_an_upsert_table(
     version: int, tmp_path: Path
 ) -> None:
     history = await upsert_history(tmp_path, version)
-    duckdb_read = duckdb_reader()
     for location, expected, _ in history:
-        assert rows_of(pyiceberg_read(location), "PyIceberg") == expected, location
-        assert rows_of(duckdb_read(location), "DuckDB") == expected, location
+        for engine, rows in other_engines_rows(location).items():
+            assert rows == expected, (engine, location)

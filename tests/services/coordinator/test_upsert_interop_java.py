@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from upsert_fixtures import (
     fold_batch,
     key_file_for,
     live_delete_files,
+    other_engines_rows,
     table_rows,
 )
 
@@ -44,7 +45,6 @@ from icefloe.cli.scan import task_rows
 from icefloe.coordinator.committer import TableCommitter
 from icefloe.datafile import DataFileContent
 from icefloe.delete_index import is_deletion_vector
-from icefloe.dev.bench_upsert import duckdb_reader, pyiceberg_read
 from icefloe.events import CommitOperation
 from icefloe.fileio import FileIO, LocalFileIO
 from icefloe.key_index import KeyIndex
@@ -78,7 +78,6 @@ class Interleaved:
         self.indexes: list[KeyIndex] = []
         self.committer = TableCommitter(env.catalog, env.name, SOURCE, open_key_index=self.open)
         self.commits = 0
-        self.duckdb: Callable[[str], pa.Table] | None = None
 
     async def open(
         self, io: FileIO, location: str, schema: Schema, key_ids: Sequence[int]
@@ -175,13 +174,8 @@ class Interleaved:
     async def check_other_readers(self) -> None:
         """PyIceberg and DuckDB read the oracle's rows from the table's current metadata."""
         location = (await self.env.reload()).metadata_location
-        if self.duckdb is None:
-            self.duckdb = duckdb_reader()
-        for name, read in (("PyIceberg", pyiceberg_read), ("DuckDB", self.duckdb)):
-            rows = read(location).select(["id", "value", "ord"]).to_pylist()
-            got = {r["id"]: (r["value"], r["ord"]) for r in rows}
-            assert len(got) == len(rows), f"{name} sees a key twice"
-            assert got == self.expected, name
+        for engine, rows in other_engines_rows(location).items():
+            assert rows == self.expected, engine
 
     async def head(self) -> int:
         snapshot_id = (await self.env.reload()).metadata.current_snapshot_id
