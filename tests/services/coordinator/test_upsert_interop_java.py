@@ -11,6 +11,10 @@ no equality-delete file, and on v3 every data file has at most one deletion vect
 every icefloe commit the key index covers exactly the live data files, and every live row
 Java sees (``_file``, ``_pos``) is among the positions the index gives for its key, so rows
 Java's MERGE added (in files icefloe never wrote) are found and replaced by the next upsert.
+Java's maintenance too (``rewrite_data_files``, ``rollback_to_snapshot``,
+``set_current_snapshot``, ``expire_snapshots``) leaves the index true, kept in memory or
+opened by a new owner from a checkpoint made before the change; PyIceberg and DuckDB then
+read the oracle's rows as well.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from upsert_fixtures import (
     fold_batch,
     key_file_for,
     live_delete_files,
+    other_engines_rows,
     table_rows,
 )
 
@@ -84,12 +89,14 @@ class Interleaved:
     def sql(self, statement: str) -> list[dict[str, Any]]:
         return self.java.sql(self.warehouse, statement)
 
-    async def icefloe_upsert(self, rng: random.Random, size: int) -> None:
-        """One CDC batch: inserts, updates, deletes and re-inserts, duplicated and shuffled."""
+    async def icefloe_upsert(
+        self, rng: random.Random, size: int, keys: Sequence[int] | None = None
+    ) -> None:
+        """One CDC batch: inserts, updates, deletes and re-inserts, duplicated and shuffled
+        (``size`` random keys, or one change for each of ``keys``)."""
         changes: list[Change] = []
-        for _ in range(size):
+        for key in keys if keys is not None else [rng.randrange(KEYS) for _ in range(size)]:
             self.ord += 1
-            key = rng.randrange(KEYS)
             op = rng.choice("cudr" if self.expected else "c")
             changes.append((key, op, self.ord, f"ice{self.ord}"))
         changes += rng.sample(changes, k=min(3, len(changes)))
@@ -164,10 +171,28 @@ class Interleaved:
         else:
             assert not [d for d in deletes if is_deletion_vector(d)]
 
+    async def check_other_readers(self) -> None:
+        """PyIceberg and DuckDB read the oracle's rows from the table's current metadata."""
+        location = (await self.env.reload()).metadata_location
+        for engine, rows in other_engines_rows(location).items():
+            assert rows == self.expected, engine
+
+    async def head(self) -> int:
+        snapshot_id = (await self.env.reload()).metadata.current_snapshot_id
+        assert snapshot_id is not None
+        return snapshot_id
+
+    def new_owner(self) -> None:
+        """A new committer, as after a restart or rebalance: its key index is opened from the
+        last checkpoint, which may name files no longer live (or no longer stored)."""
+        self.committer = TableCommitter(
+            self.env.catalog, self.env.name, SOURCE, open_key_index=self.open
+        )
+
     async def check_index(self) -> None:
         """The key index covers the live data files and finds every live row where Java
         sees it: the files Java's MERGE added, the positions in them."""
-        (index,) = self.indexes
+        index = self.indexes[-1]
         table = await self.env.reload()
         live = await self.committer.live_data_files(table.metadata, "main")
         assert index.covered == frozenset(live)
@@ -261,3 +286,91 @@ async def test_java_merge_and_delete_interleave_with_icefloe_upserts(
     await interleaved.check()
     assert interleaved.expected, "the sequence left rows to compare"
     assert len(interleaved.indexes) == 1, "one key index, kept up to date across Java's commits"
+
+
+@pytest.mark.parametrize(
+    "interleaved",
+    # copy-on-write replaces the files holding changed rows; rewrite_data_files here replaces
+    # every file, so the merge-on-read tables cover that case too
+    [(2, MOR), (3, MOR)],
+    ids=["v2-merge-on-read", "v3-merge-on-read"],
+    indirect=True,
+)
+async def test_the_key_index_stays_true_through_java_compaction_rollback_and_expiry(
+    interleaved: Interleaved,
+) -> None:
+    """After each change Java makes (DELETE, MERGE INTO, rewrite_data_files moving every row
+    to new positions, rollback_to_snapshot, set_current_snapshot to a snapshot that is not
+    an ancestor, expire_snapshots removing files), the next icefloe upsert of every live key
+    deletes exactly the row each key has, whether the committer kept its index in memory or
+    a new owner opened it from a checkpoint made before the change."""
+    it = interleaved
+    rng = random.Random(23)
+    table = "db.keyed"
+
+    async def upsert_every_key() -> None:
+        """Touch every live key (and a few absent ones): each must keep one row, or go."""
+        await it.icefloe_upsert(rng, 0, [*sorted(it.expected), *rng.sample(range(KEYS), 3)])
+        await it.check()
+
+    await it.icefloe_upsert(rng, 40)
+    await it.check()
+    first, at_first = await it.head(), dict(it.expected)
+    await it.java_delete(5, 0)
+    await upsert_every_key()
+    await it.java_merge(rng)
+    await upsert_every_key()
+
+    # Java's compaction moves every row: the index's positions name files no longer live
+    before = await it.live_data()
+    it.sql(
+        f"CALL {{cat}}.system.rewrite_data_files(table => '{table}', "
+        "options => map('rewrite-all', 'true'))"
+    )
+    after = await it.live_data()
+    assert after and not before & after, "every data file rewritten"
+    await it.check()
+    await it.check_other_readers()
+    await upsert_every_key()
+    it.new_owner()  # its checkpoint was made before the next Java change
+    await it.java_merge(rng)
+    it.sql(
+        f"CALL {{cat}}.system.rewrite_data_files(table => '{table}', "
+        "options => map('rewrite-all', 'true'))"
+    )
+    await upsert_every_key()
+    await it.check_other_readers()
+
+    # rollback: the table goes back to the first snapshot and its rows
+    old_head, at_old_head = await it.head(), dict(it.expected)
+    it.sql(f"CALL {{cat}}.system.rollback_to_snapshot('{table}', {first})")
+    it.expected = dict(at_first)
+    await it.check()
+    await upsert_every_key()
+    await it.icefloe_upsert(rng, 15)
+    await it.check_other_readers()
+    # and forward to a snapshot that is not an ancestor of the head icefloe committed on
+    it.sql(f"CALL {{cat}}.system.set_current_snapshot('{table}', {old_head})")
+    it.expected = dict(at_old_head)
+    await it.check()
+    it.new_owner()  # its checkpoint covers files of the abandoned history
+    await upsert_every_key()
+    await it.java_delete(3, 1)
+    await upsert_every_key()
+
+    # expiry deletes the files only expired snapshots reference (the abandoned history's,
+    # and those compaction replaced), which the last checkpoint may still name
+    it.sql(f"CALL {{cat}}.system.rollback_to_snapshot('{table}', {old_head})")
+    it.expected = dict(at_old_head)
+    it.sql(
+        f"CALL {{cat}}.system.expire_snapshots(table => '{table}', "
+        "older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1)"
+    )
+    assert len((await it.env.reload()).metadata.snapshots) == 1
+    await it.check()
+    it.new_owner()
+    await upsert_every_key()
+    await it.java_merge(rng)
+    await upsert_every_key()
+    await it.check_other_readers()
+    assert it.expected, "the sequence left rows to compare"

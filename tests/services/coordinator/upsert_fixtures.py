@@ -9,8 +9,9 @@ nothing); batches apply in commit order, which is Kafka order.
 
 from __future__ import annotations
 
+import functools
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pyarrow as pa
 from icefloe.catalog import Table
 from icefloe.cli.scan import task_rows
 from icefloe.datafile import DataFile, DataFileContent
+from icefloe.dev.bench_upsert import duckdb_reader, pyiceberg_read
 from icefloe.manifest_cache import ManifestCache
 from icefloe.manifest_reader import ManifestReader
 from icefloe.parquet import write_data_file
@@ -129,4 +131,21 @@ async def live_delete_files(table: Table) -> list[DataFile]:
         for entry in await reader.entries(manifest, table.metadata.specs(), live_only=True):
             if entry.data_file.content != DataFileContent.DATA:
                 out.append(entry.data_file)
+    return out
+
+
+@functools.cache
+def _duckdb() -> Callable[[str], pa.Table]:
+    return duckdb_reader()  # one connection, the extensions loaded once
+
+
+def other_engines_rows(location: str) -> dict[str, dict[int, tuple[str, int]]]:
+    """The table whose metadata file is ``location`` as PyIceberg and DuckDB 1.5.5 (the
+    iceberg extension from its wheel, nothing auto-installed) read it, by engine and key;
+    fails on a key either engine sees twice."""
+    out = {}
+    for engine, read in (("PyIceberg", pyiceberg_read), ("DuckDB", _duckdb())):
+        rows = read(location).select(["id", "value", "ord"]).to_pylist()
+        out[engine] = {r["id"]: (r["value"], r["ord"]) for r in rows}
+        assert len(out[engine]) == len(rows), f"{engine} sees a key twice in {location}"
     return out
