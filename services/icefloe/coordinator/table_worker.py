@@ -96,6 +96,16 @@ class _Revoked(Exception):
     """The partition went away while a worker was waiting: stop without finishing."""
 
 
+def _settle(check: asyncio.Future[Any]) -> None:
+    """Let go of a file check its event did not need (an exact replay of files already in the
+    table is acknowledged without one): cancel it if it still runs, or take its outcome, so
+    that asyncio never logs a finished check's rejection as "never retrieved"."""
+    if not check.done():
+        check.cancel()
+    elif not check.cancelled():
+        check.exception()
+
+
 class TableWorker:
     """Everything the coordinator does for one table of one partition."""
 
@@ -224,8 +234,9 @@ class TableWorker:
             for record, event in items:
                 if self.partition.revoked:
                     return
+                check = checks.pop(record.offset, None)
                 try:
-                    await self._handle(record, event, checks.pop(record.offset, None))
+                    await self._handle(record, event, check)
                 except (_Revoked, asyncio.CancelledError):
                     raise
                 except Exception as e:
@@ -238,6 +249,9 @@ class TableWorker:
                             "internal-error", f"{type(e).__name__}: {e} (see coordinator logs)"
                         ),
                     )
+                finally:
+                    if check is not None:
+                        _settle(check)
         finally:
             for check in checks.values():
                 check.cancel()
