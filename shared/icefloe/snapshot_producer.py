@@ -45,6 +45,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from icefloe.catalog import Table, data_dir, metadata_dir
@@ -57,6 +58,7 @@ from icefloe.deletion_vector import (
     positions_in_delete_file,
     read_deletion_vector,
 )
+from icefloe.deletion_vector_cache import DeletionVectorCache, cache_key
 from icefloe.entry_query import EntryQuery, summaries_may_contain
 from icefloe.errors import CommitFailedError, ValidationConflictError, ValidationError
 from icefloe.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriter
@@ -109,6 +111,7 @@ class SnapshotProducer:
         merge_min_count: int | None = None,
         validate_deleted_paths: bool = True,
         reader: ManifestReader | None = None,
+        deletion_vectors: DeletionVectorCache | None = None,
     ) -> None:
         self.table = table
         self.operation = operation
@@ -125,7 +128,12 @@ class SnapshotProducer:
         # are merged at build time with whatever deletes the base holds for that file.
         self._dv_positions: dict[str, tuple[DataFile, DeletionVector]] = {}
         self._added_dvs: list[DataFile] = []
-        self._old_deletes: dict[tuple[str, int | None, str], DeletionVector] = {}
+        # Positions of the base's deletes (and of the DVs attempts write), by the immutable
+        # bytes holding them: a caller committing again and again (the coordinator) passes
+        # one cache for all its commits (icefloe.deletion_vector_cache).
+        self._old_deletes = (
+            deletion_vectors if deletion_vectors is not None else (DeletionVectorCache())
+        )
         self._doomed_keys: set[tuple[str, int | None]] = set()
         # Manifests holding the deletes in _doomed_keys (found with them, per attempt).
         self._doomed_manifests: set[str] = set()
@@ -136,6 +144,13 @@ class SnapshotProducer:
         # Delete files written per attempt (DV Puffin files, v2 position delete files): kept
         # after the commit only if the committed snapshot's own delete manifests name them.
         self._attempt_deletes: set[str] = set()
+        # Per manifest list written: the delete files that attempt wrote (all of which its
+        # delete manifests name), so the committed one is known without reading it back.
+        self._deletes_of_list: dict[str, frozenset[str]] = {}
+        self._this_attempt_deletes: set[str] = set()
+        # The last attempt's manifest list, with the files it adds and the paths of the
+        # entries it removes (see changes_of).
+        self._changes_of_list: dict[str, tuple[list[DataFile], list[str]]] = {}
         # Manifest bytes by path, kept only when the reader has a writer to persist them with.
         self._manifest_bytes: dict[str, bytes] = {}
         self._attempts = 0
@@ -267,6 +282,7 @@ class SnapshotProducer:
             else base.current_snapshot()
         )
         specs = base.specs()
+        self._this_attempt_deletes = set()
         new_manifests = await self._write_new_manifests(base)
         parent_manifests = await self.reader.manifests(parent) if parent is not None else []
         dv_entries, self._doomed_keys = await self._deletion_vectors(base, parent_manifests)
@@ -286,6 +302,7 @@ class SnapshotProducer:
         )
         results: dict[int, ManifestFile] = {}
         removed_data: set[str] = set()
+        removed_paths: list[str] = []  # of every entry removed, for changes_of
         candidates = await self._may_remove_from(base, parent_manifests) if removing else set()
         for i in order:
             manifest = parent_manifests[i]
@@ -315,6 +332,7 @@ class SnapshotProducer:
                 results[i] = manifest
                 continue
             doomed_keys = {_key(e.data_file) for e in doomed}
+            removed_paths.extend(e.data_file.file_path for e in doomed)
             found_paths |= {e.data_file.file_path for e in doomed} & self._deleted_paths
             for e in doomed:
                 _count_removed(deltas, e.data_file)
@@ -373,6 +391,8 @@ class SnapshotProducer:
             first_row_id=first_row_id,
         )
         self._written.append(list_path)
+        self._deletes_of_list[list_path] = frozenset(self._this_attempt_deletes)
+        self._changes_of_list = {list_path: ([*self._added, *dv_entries], removed_paths)}
         await table.io.write_once(list_path, buffer.getvalue())
         if base.format_version == 1:
             # v1 lists store no sequence numbers; readers see 0 (spec), so must the cache
@@ -405,6 +425,14 @@ class SnapshotProducer:
         builder = MetadataBuilder(base).add_snapshot(snapshot).set_ref(self.branch, ref)
         builder.set_properties(self.table_properties(base, snapshot))
         return builder.build(table.metadata_location)
+
+    def changes_of(self, snapshot: Snapshot) -> tuple[list[DataFile], list[str]] | None:
+        """What ``snapshot`` (this producer's, as committed) changed: the files it added
+        (data and delete files) and the paths of the entries it removed; None unless it is
+        the last attempt this producer built (then read its manifests instead)."""
+        if snapshot.snapshot_id != self.snapshot_id or snapshot.manifest_list is None:
+            return None
+        return self._changes_of_list.get(snapshot.manifest_list)
 
     def table_properties(self, base: TableMetadata, snapshot: Snapshot) -> Mapping[str, str]:
         """Table properties to set in the same commit as ``snapshot`` (none by default;
@@ -570,8 +598,18 @@ class SnapshotProducer:
             built = build_deletion_vector_file(location, vectors)
             self._written.append(location)
             self._attempt_deletes.add(location)
+            self._this_attempt_deletes.add(location)
             await self.table.io.write_once(location, built.data)
             entries.extend(built.entries)
+            # The next merge into these files finds them here if this attempt commits (if
+            # not, no snapshot names this Puffin file and nothing asks for it).
+            merged_by_path = {df.file_path: dv for df, dv in vectors}
+            for entry in built.entries:
+                assert entry.referenced_data_file is not None
+                path = entry.referenced_data_file
+                self._old_deletes.put(
+                    cache_key(entry, path), merged_by_path[path], entry.content_size_in_bytes
+                )
         return entries, doomed
 
     def _check_live(self, targets: set[str], live: Mapping[str, DataFile]) -> None:
@@ -625,21 +663,24 @@ class SnapshotProducer:
             )
             self._written.append(location)
             self._attempt_deletes.add(location)
+            self._this_attempt_deletes.add(location)
             await self.table.io.write_once(location, data)
             out.append(delete_file)
         return out
 
     async def _positions_of(self, delete_file: DataFile, data_path: str) -> DeletionVector:
         """Positions an existing DV or position delete file holds for ``data_path``."""
-        key = (delete_file.file_path, delete_file.content_offset, data_path)
+        key = cache_key(delete_file, data_path)
         cached = self._old_deletes.get(key)
         if cached is None:
             if is_deletion_vector(delete_file):
                 cached = await read_deletion_vector(self.table.io, delete_file)
+                size = delete_file.content_size_in_bytes
             else:
                 raw = await self.table.io.read(delete_file.file_path)
                 cached = positions_in_delete_file(raw, delete_file.file_path, data_path)
-            self._old_deletes[key] = cached
+                size = None
+            self._old_deletes.put(key, cached, size)
         return cached
 
     def _target_partitions(self) -> set[tuple[int, tuple[Any, ...]]]:
@@ -889,7 +930,11 @@ class SnapshotProducer:
                     *(m.manifest_path for m in manifests),
                 }
                 try:
-                    dv_files = await self._referenced_attempt_deletes(committed, manifests)
+                    dv_files: AbstractSet[str] | None = self._deletes_of_list.get(
+                        snapshot.manifest_list
+                    )
+                    if dv_files is None:  # committed by an attempt of another producer
+                        dv_files = await self._referenced_attempt_deletes(committed, manifests)
                 except Exception:
                     keep = None  # cannot tell which DV files are referenced: delete nothing
                 else:

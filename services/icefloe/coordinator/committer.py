@@ -71,6 +71,7 @@ import asyncio
 import contextvars
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,6 +92,9 @@ from icefloe.coordinator.upsert import (
     key_ids_of,
 )
 from icefloe.datafile import DataFile, DataFileContent
+from icefloe.deletion_vector_cache import DEFAULT_MAX_BYTES as DEFAULT_DV_CACHE_BYTES
+from icefloe.deletion_vector_cache import DeletionVectorCache
+from icefloe.entry_query import EntryQuery
 from icefloe.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -107,6 +111,7 @@ from icefloe.fileio import FileInfo, FileIO
 from icefloe.key_index import KeyIndex
 from icefloe.locations import within_any
 from icefloe.manifest import ManifestEntryStatus
+from icefloe.manifest_list import ManifestContent
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
 from icefloe.projection import inclusive_projection, strict_projection
@@ -124,6 +129,11 @@ SUMMARY_POSITIONS = "icefloe.positions"
 SUMMARY_TOPIC_IDS = "icefloe.topic-ids"
 
 DEFAULT_HISTORY_LIMIT = 10_000
+# How often at most the key index is checkpointed after upsert commits. A checkpoint only
+# saves a new owner reading the files committed since the one before (never a missed row:
+# icefloe.key_index), and writing one on every commit costs two more writes than the
+# commit itself makes, so it is written on the first upsert commit and then this often.
+DEFAULT_KEY_INDEX_CHECKPOINT_S = 10.0
 """How many snapshots a history walk may visit before giving up on proving absence."""
 
 _INCREMENTAL_LIMIT = 1000
@@ -543,15 +553,26 @@ class _LiveFiles:
     data: dict[str, DataFile] | None = None
 
 
-def _slim(f: DataFile, key_ids: frozenset[int]) -> DataFile:
-    """A live data file as the key index needs it: no column metrics but the keys' bounds."""
+def _slim(f: DataFile) -> DataFile:
+    """A live data file as upserts need it (path, size, counts, partition): no column
+    metrics, which would be most of its memory on a table of millions of files."""
+    if (
+        f.column_sizes is None
+        and f.value_counts is None
+        and f.null_value_counts is None
+        and f.nan_value_counts is None
+        and f.lower_bounds is None
+        and f.upper_bounds is None
+        and f.split_offsets is None
+    ):
+        return f  # decoded without them already
     return f.copy(
         column_sizes=None,
         value_counts=None,
         null_value_counts=None,
         nan_value_counts=None,
-        lower_bounds={k: v for k, v in (f.lower_bounds or {}).items() if k in key_ids} or None,
-        upper_bounds={k: v for k, v in (f.upper_bounds or {}).items() if k in key_ids} or None,
+        lower_bounds=None,
+        upper_bounds=None,
         split_offsets=None,
     )
 
@@ -576,6 +597,8 @@ class TableCommitter:
         reader: ManifestReader | None = None,
         retry_policy: RetryPolicy | None = None,
         open_key_index: KeyIndexOpener | None = None,
+        deletion_vector_cache_bytes: int = DEFAULT_DV_CACHE_BYTES,
+        key_index_checkpoint_s: float = DEFAULT_KEY_INDEX_CHECKPOINT_S,
     ) -> None:
         self.catalog = catalog
         self.identifier = TableIdentifier.parse(identifier)
@@ -595,6 +618,13 @@ class TableCommitter:
         self.open_key_index: KeyIndexOpener = open_key_index or KeyIndex.open
         self._key_index: KeyIndex | None = None
         self._key_index_for: tuple[str, tuple[int, ...]] | None = None
+        # The DVs this committer wrote and read, kept between commits so that merging an
+        # upsert's deletes into a file's DV does not read back the DV the last commit
+        # wrote; keyed by the immutable blob, so a foreign change is a miss, never stale.
+        self.deletion_vectors = DeletionVectorCache(deletion_vector_cache_bytes)
+        self.key_index_checkpoint_s = key_index_checkpoint_s
+        self._key_index_checkpointed: float | None = None  # time.monotonic() of the last
+        self._key_index_dirty = False  # upsert commits since the last checkpoint
 
     @property
     def name(self) -> str:
@@ -657,7 +687,6 @@ class TableCommitter:
         if cached is not None and cached.snapshot_id == head_id:
             return cached
         specs = metadata.specs()
-        key_ids = frozenset(metadata.schema().identifier_field_ids)
         data: dict[str, DataFile] | None = (
             None if not with_data and (cached is None or cached.data is None) else {}
         )
@@ -665,7 +694,7 @@ class TableCommitter:
         def add(f: DataFile) -> None:
             paths.add(f.file_path)
             if data is not None and f.content == DataFileContent.DATA:
-                data[f.file_path] = _slim(f, key_ids)
+                data[f.file_path] = _slim(f)
 
         def remove(path: str) -> None:
             paths.discard(path)
@@ -701,12 +730,24 @@ class TableCommitter:
                                 remove(entry.data_file.file_path)
             else:
                 manifests = await self.reader.manifests(head)
+                schema = metadata.schema()
                 if data is None:
                     # Paths only: the Arrow path, no object per entry.
-                    paths = await self.reader.file_paths(manifests, specs, metadata.schema())
+                    paths = await self.reader.file_paths(manifests, specs, schema)
                 else:
-                    for manifest in manifests:
-                        for entry in await self.reader.entries(manifest, specs, live_only=True):
+                    # Delete files by path only; data files as objects without their column
+                    # metrics (which _slim drops anyway), both on the Arrow path.
+                    deletes = [m for m in manifests if m.content != ManifestContent.DATA]
+                    paths = await self.reader.file_paths(deletes, specs, schema)
+                    selected = await self.reader.select(
+                        [m for m in manifests if m.content == ManifestContent.DATA],
+                        specs,
+                        schema,
+                        EntryQuery(),
+                        with_metrics=False,
+                    )
+                    for _, entries in selected:
+                        for entry in entries:
                             add(entry.data_file)
         live = _LiveFiles(head_id, paths, data)
         self._live[branch] = live
@@ -734,17 +775,25 @@ class TableCommitter:
         opens it again from its last checkpoint and syncs it to the table."""
         self._key_index = None
         self._key_index_for = None
+        self._key_index_checkpointed = None
 
     async def _checkpoint_key_index(self, metadata: TableMetadata, branch: str) -> None:
         """After an upsert commit: cover the committed snapshot (what the attempt staged is
-        now live) and let the index persist what a new owner needs. Never fails the commit
-        (it is done): an index in doubt is dropped and rebuilt from its checkpoint."""
+        now live) and, when one is due (``key_index_checkpoint_s``), let the index persist
+        what a new owner needs (:meth:`checkpoint_key_index` writes what is left). Never fails the commit (it is done): an
+        index in doubt is dropped and rebuilt from its checkpoint."""
         index = self._key_index
         if index is None:
             return
         try:
             await index.sync(await self.live_data_files(metadata, branch))
-            await index.checkpoint()
+            now = time.monotonic()
+            last = self._key_index_checkpointed
+            self._key_index_dirty = True
+            if last is None or now - last >= self.key_index_checkpoint_s:
+                await index.checkpoint()
+                self._key_index_checkpointed = now
+                self._key_index_dirty = False
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -756,6 +805,29 @@ class TableCommitter:
                 extra={"table": self.name},
             )
             self.drop_key_index()
+
+    async def checkpoint_key_index(self) -> None:
+        """Checkpoint the key index now if upsert commits since the last checkpoint were
+        not: for the coordinator when it gives the table up or goes idle, so the next owner
+        resumes from the last commit. Never raises but on cancellation."""
+        index = self._key_index
+        if index is None or not self._key_index_dirty:
+            return
+        try:
+            await index.checkpoint()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning(
+                "key index of %s could not be checkpointed (%s: %s)",
+                self.name,
+                type(e).__name__,
+                e,
+                extra={"table": self.name},
+            )
+            return
+        self._key_index_checkpointed = time.monotonic()
+        self._key_index_dirty = False
 
     async def delete_key_files(self, units: Sequence[Unit]) -> None:
         """Delete the key files of committed (or already applied) upsert units: they are in
@@ -1000,21 +1072,24 @@ class TableCommitter:
     async def _advance_live(
         self, metadata: TableMetadata, snapshot: Snapshot, producer: _UnitsProducer
     ) -> None:
-        """Bring the live-file set to our new snapshot: an append on top of the known head
-        only adds its files (no need to read back what we just wrote)."""
+        """Bring the live-file set to our new snapshot: on top of the known head, apply what
+        the producer added and removed (no need to read back what we just wrote)."""
         cached = self._live.get(producer.branch)
-        summary = snapshot.summary
+        changes = producer.changes_of(snapshot)
         if (
-            summary is not None
-            and summary.operation == Operation.APPEND
+            changes is not None
             and cached is not None
             and cached.snapshot_id == snapshot.parent_snapshot_id
         ):
-            added = [f for u in producer.units for f in u.data_files]
+            added, removed = changes
+            cached.paths.difference_update(removed)
             cached.paths.update(f.file_path for f in added)
             if cached.data is not None:
-                key_ids = frozenset(metadata.schema().identifier_field_ids)
-                cached.data.update((f.file_path, _slim(f, key_ids)) for f in added)
+                for path in removed:
+                    cached.data.pop(path, None)
+                cached.data.update(
+                    (f.file_path, _slim(f)) for f in added if f.content == DataFileContent.DATA
+                )
             cached.snapshot_id = snapshot.snapshot_id
             return
         await self.live_paths(metadata, producer.branch)
@@ -1290,6 +1365,7 @@ class _UnitsProducer(SnapshotProducer):
             branch=units[0].branch,
             snapshot_properties=properties,
             reader=committer.reader,
+            deletion_vectors=committer.deletion_vectors,
         )
         self.committer = committer
         self.units = list(units)
