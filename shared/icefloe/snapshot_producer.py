@@ -48,6 +48,8 @@ from collections.abc import Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+import numpy as np
+
 from icefloe.catalog import Table, data_dir, metadata_dir
 from icefloe.commit import CommitStats, RetryPolicy, commit_with_retry
 from icefloe.datafile import DataFile, DataFileContent
@@ -203,11 +205,12 @@ class SnapshotProducer:
             )
         if data_file.content != DataFileContent.DATA:
             raise ValidationError(f"{data_file.file_path}: deleted positions need a data file")
-        dv = (
-            positions
-            if isinstance(positions, DeletionVector)
-            else DeletionVector.from_positions(positions)
-        )
+        if isinstance(positions, DeletionVector):
+            dv = positions
+        elif isinstance(positions, np.ndarray):
+            dv = DeletionVector.from_array(positions)  # vectorized: no int per position
+        else:
+            dv = DeletionVector.from_positions(positions)
         for p in (dv.to_numpy()[-1:]).tolist():
             if p >= data_file.record_count:
                 raise ValidationError(
@@ -301,6 +304,12 @@ class SnapshotProducer:
             key=lambda i: parent_manifests[i].content != ManifestContent.DATA,
         )
         results: dict[int, ManifestFile] = {}
+        # The new DVs by spec: written into a delete manifest this attempt rewrites anyway
+        # (one manifest write fewer per commit, one manifest fewer for readers), else into
+        # a manifest of their own (below).
+        dvs_by_spec: dict[int, list[DataFile]] = defaultdict(list)
+        for f in dv_entries:
+            dvs_by_spec[f.spec_id].append(f)
         removed_data: set[str] = set()
         removed_paths: list[str] = []  # of every entry removed, for changes_of
         candidates = await self._may_remove_from(base, parent_manifests) if removing else set()
@@ -340,7 +349,10 @@ class SnapshotProducer:
                 if e.data_file.content == DataFileContent.DATA:
                     replaced.append(e)
                     removed_data.add(e.data_file.file_path)
-            results[i] = await self._rewrite_manifest(base, manifest, entries, doomed_keys)
+            joined: list[DataFile] = []
+            if manifest.content == ManifestContent.DELETES:
+                joined = dvs_by_spec.pop(manifest.partition_spec_id, [])
+            results[i] = await self._rewrite_manifest(base, manifest, entries, doomed_keys, joined)
         kept = [results[i] for i in sorted(results)]
         missing = self._deleted_paths - found_paths
         if missing and self.validate_deleted_paths:
@@ -359,10 +371,7 @@ class SnapshotProducer:
         if self._merge_enabled(base):
             manifests = await self._merge(base, manifests)
         # DV manifests depend on the base (merged vectors), so are written per attempt.
-        by_spec: dict[int, list[DataFile]] = defaultdict(list)
-        for f in dv_entries:
-            by_spec[f.spec_id].append(f)
-        for spec_id, files in by_spec.items():
+        for spec_id, files in dvs_by_spec.items():
             spec = base.spec_by_id(spec_id)
             assert spec is not None
             manifests.insert(
@@ -529,19 +538,7 @@ class SnapshotProducer:
         replaced: dict[str, list[DataFile]] = defaultdict(list)
         partition_scoped: list[DataFile] = []
         schema = base.schema()
-        data = [m for m in parent_manifests if _has_live(m) and m.content == ManifestContent.DATA]
-        # The targets' live entries: first in the manifests whose partition summaries admit
-        # the partitions the caller gave, then (a caller's partition may be wrong) in the rest.
-        near, far = self._by_partition(base, data, self._target_partitions())
-        for manifests in (near, far):
-            wanted = frozenset(targets - set(live).intersection(targets))
-            if not wanted or not manifests:
-                continue
-            query = EntryQuery(paths=wanted)
-            for _, hits in await self.reader.select(manifests, specs, schema, query):
-                for e in hits:
-                    if e.data_file.content == DataFileContent.DATA:
-                        live[e.data_file.file_path] = e.data_file
+        await self._find_live(base, parent_manifests, targets, live)
         # Their deletes: a delete applies only in its data file's partition (spec: "Scan
         # Planning"), so only delete manifests admitting the targets' partitions hold them.
         in_table = {(live[p].spec_id, live[p].partition) for p in targets if p in live}
@@ -612,6 +609,30 @@ class SnapshotProducer:
                 )
         return entries, doomed
 
+    async def _find_live(
+        self,
+        base: TableMetadata,
+        parent_manifests: list[ManifestFile],
+        targets: set[str],
+        live: dict[str, DataFile],
+    ) -> None:
+        """Add to ``live`` the live data file entries of ``targets`` not in it yet: first in
+        the data manifests whose partition summaries admit the partitions the caller gave,
+        then (a caller's partition may be wrong) in the rest; on the Arrow path, where only
+        the hits become objects."""
+        data = [m for m in parent_manifests if _has_live(m) and m.content == ManifestContent.DATA]
+        near, far = self._by_partition(base, data, self._target_partitions())
+        specs, schema = base.specs(), base.schema()
+        for manifests in (near, far):
+            wanted = frozenset(targets - set(live).intersection(targets))
+            if not wanted or not manifests:
+                continue
+            query = EntryQuery(paths=wanted)
+            for _, hits in await self.reader.select(manifests, specs, schema, query):
+                for e in hits:
+                    if e.data_file.content == DataFileContent.DATA:
+                        live[e.data_file.file_path] = e.data_file
+
     def _check_live(self, targets: set[str], live: Mapping[str, DataFile]) -> None:
         missing = sorted(targets - set(live))
         if missing:
@@ -634,13 +655,7 @@ class SnapshotProducer:
             for f in self._added
             if f.content == DataFileContent.DATA and f.file_path in targets
         }
-        specs = base.specs()
-        for manifest in parent_manifests:
-            if manifest.content != ManifestContent.DATA or not _has_live(manifest):
-                continue
-            for e in await self.reader.entries(manifest, specs, live_only=True):
-                if e.data_file.file_path in targets:
-                    live[e.data_file.file_path] = e.data_file
+        await self._find_live(base, parent_manifests, targets, live)
         self._check_live(targets, live)
         groups: dict[tuple[int, tuple[Any, ...]], dict[str, Any]] = defaultdict(dict)
         for path in sorted(targets):
@@ -824,8 +839,10 @@ class SnapshotProducer:
         manifest: ManifestFile,
         entries: list[ManifestEntry],
         doomed: set[tuple[str, int | None]],
+        added: list[DataFile] | None = None,
     ) -> ManifestFile:
-        """A copy of ``manifest`` with ``doomed`` entries (see :func:`_key`) marked DELETED."""
+        """A copy of ``manifest`` with ``doomed`` entries (see :func:`_key`) marked DELETED,
+        and ``added`` files (of its spec and content) as this snapshot's ADDED entries."""
         spec = base.spec_by_id(manifest.partition_spec_id)
         assert spec is not None
         rows: list[tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]] = []
@@ -836,6 +853,7 @@ class SnapshotProducer:
                 rows.append((ManifestEntryStatus.DELETED, e.data_file, e))
             else:
                 rows.append((ManifestEntryStatus.EXISTING, e.data_file, e))
+        rows.extend((ManifestEntryStatus.ADDED, f, None) for f in added or ())
         return await self._write_manifest(base, spec, manifest.content, rows)
 
     async def _merge(
