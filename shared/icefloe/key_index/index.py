@@ -239,6 +239,19 @@ class KeyIndex:
             if batch:
                 await self._install([await asyncio.to_thread(run_ops.build, batch)])
 
+    async def adopt(self, run: Run) -> None:
+        """Cover the files of a run built elsewhere (:func:`icefloe.key_index.runs.build`):
+        a bulk load, such as a rebuild done out of process or a benchmark's synthetic
+        table. None of its files may be covered already."""
+        async with self._lock:
+            clash = [p for p in run.paths if p in self._where]
+            if clash:
+                raise ValidationError(
+                    f"cannot adopt a run covering {len(clash)} file(s) the index already "
+                    f"covers, such as {clash[0]}"
+                )
+            await self._install([run])
+
     def stage(self, data_file: DataFile, keys: pa.Table) -> None:
         """Cover a data file the current attempt adds (its key columns given)."""
         if keys.num_rows != data_file.record_count:
