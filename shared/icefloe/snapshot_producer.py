@@ -137,6 +137,8 @@ class SnapshotProducer:
             deletion_vectors if deletion_vectors is not None else (DeletionVectorCache())
         )
         self._doomed_keys: set[tuple[str, int | None]] = set()
+        self._known_live: tuple[int | None, Mapping[str, DataFile]] | None = None
+        self._parent_id: int | None = None  # the snapshot the current attempt builds on
         # Manifests holding the deletes in _doomed_keys (found with them, per attempt).
         self._doomed_manifests: set[str] = set()
         self._deleted_paths: set[str] = set()
@@ -223,6 +225,17 @@ class SnapshotProducer:
         )
         return self
 
+    def known_live(
+        self, snapshot_id: int | None, files: Mapping[str, DataFile]
+    ) -> SnapshotProducer:
+        """Data files (by path) the caller knows are live in snapshot ``snapshot_id``, such
+        as the coordinator's own live-file set of the base it resolved upserts on. An
+        attempt building on that very snapshot takes the targets of
+        :meth:`delete_positions` from here instead of finding their entries in the
+        manifests; on any other base it looks them up as usual."""
+        self._known_live = (snapshot_id, files)
+        return self
+
     def clear_deleted_positions(self) -> SnapshotProducer:
         """Forget every position given to :meth:`delete_positions`: for callers that decide
         what to delete again on each attempt's base (the coordinator's upserts)."""
@@ -285,6 +298,7 @@ class SnapshotProducer:
             else base.current_snapshot()
         )
         specs = base.specs()
+        self._parent_id = parent.snapshot_id if parent is not None else None
         self._this_attempt_deletes = set()
         new_manifests = await self._write_new_manifests(base)
         parent_manifests = await self.reader.manifests(parent) if parent is not None else []
@@ -620,6 +634,14 @@ class SnapshotProducer:
         the data manifests whose partition summaries admit the partitions the caller gave,
         then (a caller's partition may be wrong) in the rest; on the Arrow path, where only
         the hits become objects."""
+        known = self._known_live
+        if known is not None and known[0] == self._parent_id and self._parent_id is not None:
+            for path in targets - live.keys():
+                found = known[1].get(path)
+                if found is not None and found.content == DataFileContent.DATA:
+                    live[path] = found
+            if targets <= live.keys():
+                return
         data = [m for m in parent_manifests if _has_live(m) and m.content == ManifestContent.DATA]
         near, far = self._by_partition(base, data, self._target_partitions())
         specs, schema = base.specs(), base.schema()

@@ -563,9 +563,8 @@ def _slim(f: DataFile) -> DataFile:
         and f.nan_value_counts is None
         and f.lower_bounds is None
         and f.upper_bounds is None
-        and f.split_offsets is None
     ):
-        return f  # decoded without them already
+        return f  # decoded without them already (split offsets are a few numbers)
     return f.copy(
         column_sizes=None,
         value_counts=None,
@@ -573,7 +572,6 @@ def _slim(f: DataFile) -> DataFile:
         nan_value_counts=None,
         lower_bounds=None,
         upper_bounds=None,
-        split_offsets=None,
     )
 
 
@@ -786,7 +784,9 @@ class TableCommitter:
         if index is None:
             return
         try:
-            await index.sync(await self.live_data_files(metadata, branch))
+            head = metadata.snapshot_by_ref(branch)
+            version = (branch, head.snapshot_id if head is not None else None)
+            await index.sync(await self.live_data_files(metadata, branch), version=version)
             now = time.monotonic()
             last = self._key_index_checkpointed
             self._key_index_dirty = True
@@ -1218,14 +1218,14 @@ class TableCommitter:
         index = await self.key_index(metadata)
         index.discard_staged()
         try:
-            await index.sync(await self.live_data_files(metadata, producer.branch))
-            await resolution.resolve(
-                index,
-                self.catalog.io,
-                metadata.schema(),
-                await self.live_data_files(metadata, producer.branch),
-                producer,
-            )
+            live = await self.live_data_files(metadata, producer.branch)
+            head = metadata.snapshot_by_ref(producer.branch)
+            head_id = head.snapshot_id if head is not None else None
+            await index.sync(live, version=(producer.branch, head_id))
+            await resolution.resolve(index, self.catalog.io, metadata.schema(), live, producer)
+            # Our live set is of this very base: the producer need not find the targets'
+            # entries in the manifests again.
+            producer.known_live(head_id, live)
         except UnitRefused as r:
             index.discard_staged()
             if r.maybe_committed:

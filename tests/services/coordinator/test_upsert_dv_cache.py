@@ -106,9 +106,7 @@ async def test_a_foreign_delete_between_two_upserts_is_merged_not_overwritten(en
     # Another engine deletes rows 10..14 of the same file: its DV (merged with ours, as
     # Java's is) replaces the one our cache holds.
     table = await env.reload()
-    data = next(
-        f for f in (await committer.live_data_files(table.metadata, MAIN_BRANCH)).values()
-    )
+    data = next(f for f in (await committer.live_data_files(table.metadata, MAIN_BRANCH)).values())
     assert data.file_path == path
     await row_delta(table, [], []).delete_positions(data, range(10, 15)).commit()
     for k in range(10, 15):
