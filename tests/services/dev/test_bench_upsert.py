@@ -30,6 +30,8 @@ def test_upsert_benchmark_reports_commits_and_reads_beside_peers(version: int) -
             "format_version": version,
             "big_rows": 1_000,
             "big_files": 3,
+            "million_files": 3_000,
+            "million_files_per_manifest": 1_000,
         },
     )
     figures = upsert_benchmark(ctx)
@@ -38,6 +40,7 @@ def test_upsert_benchmark_reports_commits_and_reads_beside_peers(version: int) -
         ("DuckDB read after 4 upsert commits", Kind.LATENCY, [APPEND_ONLY, EQUALITY]),
         ("PyIceberg read after 4 upsert commits", Kind.LATENCY, [APPEND_ONLY]),
         ("commit one upsert batch, 0.001M-row table", Kind.LATENCY, [EQUALITY]),
+        ("commit one upsert batch, 0.003M data files", Kind.LATENCY, [EQUALITY]),
     ]
     assert figures[0].icefloe.work == 4 * 50
     for figure in figures:
