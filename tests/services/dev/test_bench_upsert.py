@@ -82,6 +82,7 @@ def test_a_read_that_is_not_the_fold_produces_no_figure() -> None:
 
 def test_duckdb_equality_delete_read_is_left_out_past_its_commit_limit_and_said_so() -> None:
     sizes = {"commits": 3, "batch": 20, "keys": 50, "big_rows": 200, "big_files": 2}
+    sizes |= {"million_files": 2_000, "million_files_per_manifest": 1_000}
     ctx = BenchContext(repeat=1, sizes={**sizes, "equality_read_max_commits": 2})
     figures = upsert_benchmark(ctx)
     duckdb = next(f for f in figures if f.name.startswith("DuckDB"))
