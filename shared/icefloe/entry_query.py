@@ -106,13 +106,16 @@ def _strings(values: Iterable[str]) -> Any:
     return pa.array(sorted(values), pa.string())
 
 
-def entries_at(m: CachedManifest, indices: Any) -> list[ManifestEntry]:
+def entries_at(
+    m: CachedManifest, indices: Any, *, with_metrics: bool = True
+) -> list[ManifestEntry]:
     """Entry objects of the given rows of a decoded manifest (inherited values filled in,
-    as :func:`~icefloe.manifest.read_manifest` fills them)."""
+    as :func:`~icefloe.manifest.read_manifest` fills them); ``with_metrics=False`` leaves
+    the column metric maps out (see :meth:`CachedManifest.rows`)."""
     take = indices if isinstance(indices, pa.Array) else pa.array(indices, pa.int64())
     if not len(take):
         return []
-    files = m.rows(take).data_files
+    files = m.rows(take, with_metrics=with_metrics).data_files
     status = pc.take(m.column("status"), take).to_pylist()
     snapshots = pc.take(m.column("snapshot_id"), take).to_pylist()
     data_seqs = pc.take(m.column("data_sequence_number"), take).to_pylist()
@@ -123,10 +126,12 @@ def entries_at(m: CachedManifest, indices: Any) -> list[ManifestEntry]:
     ]
 
 
-def selected_entries(m: CachedManifest, query: EntryQuery) -> list[ManifestEntry]:
+def selected_entries(
+    m: CachedManifest, query: EntryQuery, *, with_metrics: bool = True
+) -> list[ManifestEntry]:
     """The entries of ``m`` the query selects, in manifest order."""
     indices = pc.indices_nonzero(query.mask(m))
-    return entries_at(m, indices)
+    return entries_at(m, indices, with_metrics=with_metrics)
 
 
 def entry_paths(m: CachedManifest, *, live_only: bool = True) -> list[str]:

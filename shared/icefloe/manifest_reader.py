@@ -193,12 +193,17 @@ class ManifestReader:
         specs: Mapping[int, PartitionSpec],
         schema: Schema,
         query: EntryQuery,
+        *,
+        with_metrics: bool = True,
     ) -> list[tuple[ManifestFile, list[ManifestEntry]]]:
-        """The entries ``query`` selects, per manifest that has any (in the given order)."""
+        """The entries ``query`` selects, per manifest that has any (in the given order).
+
+        ``with_metrics=False`` lets the Arrow path leave the column metric maps out of the
+        entries (most of the cost of building one); entries read one by one have them."""
         large, small = self._split(manifests)
         found: dict[str, list[ManifestEntry]] = {}
         async for m, decoded in self._decoded_chunks(large, specs, schema):
-            found[m.manifest_path] = selected_entries(decoded, query)
+            found[m.manifest_path] = selected_entries(decoded, query, with_metrics=with_metrics)
         out: list[tuple[ManifestFile, list[ManifestEntry]]] = []
         for m in manifests:
             if m.manifest_path in small:

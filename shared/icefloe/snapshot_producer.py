@@ -45,7 +45,10 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from typing import Any
+
+import numpy as np
 
 from icefloe.catalog import Table, data_dir, metadata_dir
 from icefloe.commit import CommitStats, RetryPolicy, commit_with_retry
@@ -57,6 +60,7 @@ from icefloe.deletion_vector import (
     positions_in_delete_file,
     read_deletion_vector,
 )
+from icefloe.deletion_vector_cache import DeletionVectorCache, cache_key
 from icefloe.entry_query import EntryQuery, summaries_may_contain
 from icefloe.errors import CommitFailedError, ValidationConflictError, ValidationError
 from icefloe.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriter
@@ -109,6 +113,7 @@ class SnapshotProducer:
         merge_min_count: int | None = None,
         validate_deleted_paths: bool = True,
         reader: ManifestReader | None = None,
+        deletion_vectors: DeletionVectorCache | None = None,
     ) -> None:
         self.table = table
         self.operation = operation
@@ -125,8 +130,15 @@ class SnapshotProducer:
         # are merged at build time with whatever deletes the base holds for that file.
         self._dv_positions: dict[str, tuple[DataFile, DeletionVector]] = {}
         self._added_dvs: list[DataFile] = []
-        self._old_deletes: dict[tuple[str, int | None, str], DeletionVector] = {}
+        # Positions of the base's deletes (and of the DVs attempts write), by the immutable
+        # bytes holding them: a caller committing again and again (the coordinator) passes
+        # one cache for all its commits (icefloe.deletion_vector_cache).
+        self._old_deletes = (
+            deletion_vectors if deletion_vectors is not None else (DeletionVectorCache())
+        )
         self._doomed_keys: set[tuple[str, int | None]] = set()
+        self._known_live: tuple[int | None, Mapping[str, DataFile]] | None = None
+        self._parent_id: int | None = None  # the snapshot the current attempt builds on
         # Manifests holding the deletes in _doomed_keys (found with them, per attempt).
         self._doomed_manifests: set[str] = set()
         self._deleted_paths: set[str] = set()
@@ -136,6 +148,13 @@ class SnapshotProducer:
         # Delete files written per attempt (DV Puffin files, v2 position delete files): kept
         # after the commit only if the committed snapshot's own delete manifests name them.
         self._attempt_deletes: set[str] = set()
+        # Per manifest list written: the delete files that attempt wrote (all of which its
+        # delete manifests name), so the committed one is known without reading it back.
+        self._deletes_of_list: dict[str, frozenset[str]] = {}
+        self._this_attempt_deletes: set[str] = set()
+        # The last attempt's manifest list, with the files it adds and the paths of the
+        # entries it removes (see changes_of).
+        self._changes_of_list: dict[str, tuple[list[DataFile], list[str]]] = {}
         # Manifest bytes by path, kept only when the reader has a writer to persist them with.
         self._manifest_bytes: dict[str, bytes] = {}
         self._attempts = 0
@@ -188,11 +207,12 @@ class SnapshotProducer:
             )
         if data_file.content != DataFileContent.DATA:
             raise ValidationError(f"{data_file.file_path}: deleted positions need a data file")
-        dv = (
-            positions
-            if isinstance(positions, DeletionVector)
-            else DeletionVector.from_positions(positions)
-        )
+        if isinstance(positions, DeletionVector):
+            dv = positions
+        elif isinstance(positions, np.ndarray):
+            dv = DeletionVector.from_array(positions)  # vectorized: no int per position
+        else:
+            dv = DeletionVector.from_positions(positions)
         for p in (dv.to_numpy()[-1:]).tolist():
             if p >= data_file.record_count:
                 raise ValidationError(
@@ -203,6 +223,17 @@ class SnapshotProducer:
             data_file,
             dv if previous is None else previous[1].union(dv),
         )
+        return self
+
+    def known_live(
+        self, snapshot_id: int | None, files: Mapping[str, DataFile]
+    ) -> SnapshotProducer:
+        """Data files (by path) the caller knows are live in snapshot ``snapshot_id``, such
+        as the coordinator's own live-file set of the base it resolved upserts on. An
+        attempt building on that very snapshot takes the targets of
+        :meth:`delete_positions` from here instead of finding their entries in the
+        manifests; on any other base it looks them up as usual."""
+        self._known_live = (snapshot_id, files)
         return self
 
     def clear_deleted_positions(self) -> SnapshotProducer:
@@ -267,6 +298,8 @@ class SnapshotProducer:
             else base.current_snapshot()
         )
         specs = base.specs()
+        self._parent_id = parent.snapshot_id if parent is not None else None
+        self._this_attempt_deletes = set()
         new_manifests = await self._write_new_manifests(base)
         parent_manifests = await self.reader.manifests(parent) if parent is not None else []
         dv_entries, self._doomed_keys = await self._deletion_vectors(base, parent_manifests)
@@ -285,7 +318,14 @@ class SnapshotProducer:
             key=lambda i: parent_manifests[i].content != ManifestContent.DATA,
         )
         results: dict[int, ManifestFile] = {}
+        # The new DVs by spec: written into a delete manifest this attempt rewrites anyway
+        # (one manifest write fewer per commit, one manifest fewer for readers), else into
+        # a manifest of their own (below).
+        dvs_by_spec: dict[int, list[DataFile]] = defaultdict(list)
+        for f in dv_entries:
+            dvs_by_spec[f.spec_id].append(f)
         removed_data: set[str] = set()
+        removed_paths: list[str] = []  # of every entry removed, for changes_of
         candidates = await self._may_remove_from(base, parent_manifests) if removing else set()
         for i in order:
             manifest = parent_manifests[i]
@@ -315,6 +355,7 @@ class SnapshotProducer:
                 results[i] = manifest
                 continue
             doomed_keys = {_key(e.data_file) for e in doomed}
+            removed_paths.extend(e.data_file.file_path for e in doomed)
             found_paths |= {e.data_file.file_path for e in doomed} & self._deleted_paths
             for e in doomed:
                 _count_removed(deltas, e.data_file)
@@ -322,7 +363,10 @@ class SnapshotProducer:
                 if e.data_file.content == DataFileContent.DATA:
                     replaced.append(e)
                     removed_data.add(e.data_file.file_path)
-            results[i] = await self._rewrite_manifest(base, manifest, entries, doomed_keys)
+            joined: list[DataFile] = []
+            if manifest.content == ManifestContent.DELETES:
+                joined = dvs_by_spec.pop(manifest.partition_spec_id, [])
+            results[i] = await self._rewrite_manifest(base, manifest, entries, doomed_keys, joined)
         kept = [results[i] for i in sorted(results)]
         missing = self._deleted_paths - found_paths
         if missing and self.validate_deleted_paths:
@@ -341,10 +385,7 @@ class SnapshotProducer:
         if self._merge_enabled(base):
             manifests = await self._merge(base, manifests)
         # DV manifests depend on the base (merged vectors), so are written per attempt.
-        by_spec: dict[int, list[DataFile]] = defaultdict(list)
-        for f in dv_entries:
-            by_spec[f.spec_id].append(f)
-        for spec_id, files in by_spec.items():
+        for spec_id, files in dvs_by_spec.items():
             spec = base.spec_by_id(spec_id)
             assert spec is not None
             manifests.insert(
@@ -373,6 +414,8 @@ class SnapshotProducer:
             first_row_id=first_row_id,
         )
         self._written.append(list_path)
+        self._deletes_of_list[list_path] = frozenset(self._this_attempt_deletes)
+        self._changes_of_list = {list_path: ([*self._added, *dv_entries], removed_paths)}
         await table.io.write_once(list_path, buffer.getvalue())
         if base.format_version == 1:
             # v1 lists store no sequence numbers; readers see 0 (spec), so must the cache
@@ -405,6 +448,14 @@ class SnapshotProducer:
         builder = MetadataBuilder(base).add_snapshot(snapshot).set_ref(self.branch, ref)
         builder.set_properties(self.table_properties(base, snapshot))
         return builder.build(table.metadata_location)
+
+    def changes_of(self, snapshot: Snapshot) -> tuple[list[DataFile], list[str]] | None:
+        """What ``snapshot`` (this producer's, as committed) changed: the files it added
+        (data and delete files) and the paths of the entries it removed; None unless it is
+        the last attempt this producer built (then read its manifests instead)."""
+        if snapshot.snapshot_id != self.snapshot_id or snapshot.manifest_list is None:
+            return None
+        return self._changes_of_list.get(snapshot.manifest_list)
 
     def table_properties(self, base: TableMetadata, snapshot: Snapshot) -> Mapping[str, str]:
         """Table properties to set in the same commit as ``snapshot`` (none by default;
@@ -501,19 +552,7 @@ class SnapshotProducer:
         replaced: dict[str, list[DataFile]] = defaultdict(list)
         partition_scoped: list[DataFile] = []
         schema = base.schema()
-        data = [m for m in parent_manifests if _has_live(m) and m.content == ManifestContent.DATA]
-        # The targets' live entries: first in the manifests whose partition summaries admit
-        # the partitions the caller gave, then (a caller's partition may be wrong) in the rest.
-        near, far = self._by_partition(base, data, self._target_partitions())
-        for manifests in (near, far):
-            wanted = frozenset(targets - set(live).intersection(targets))
-            if not wanted or not manifests:
-                continue
-            query = EntryQuery(paths=wanted)
-            for _, hits in await self.reader.select(manifests, specs, schema, query):
-                for e in hits:
-                    if e.data_file.content == DataFileContent.DATA:
-                        live[e.data_file.file_path] = e.data_file
+        await self._find_live(base, parent_manifests, targets, live)
         # Their deletes: a delete applies only in its data file's partition (spec: "Scan
         # Planning"), so only delete manifests admitting the targets' partitions hold them.
         in_table = {(live[p].spec_id, live[p].partition) for p in targets if p in live}
@@ -570,9 +609,51 @@ class SnapshotProducer:
             built = build_deletion_vector_file(location, vectors)
             self._written.append(location)
             self._attempt_deletes.add(location)
+            self._this_attempt_deletes.add(location)
             await self.table.io.write_once(location, built.data)
             entries.extend(built.entries)
+            # The next merge into these files finds them here if this attempt commits (if
+            # not, no snapshot names this Puffin file and nothing asks for it).
+            merged_by_path = {df.file_path: dv for df, dv in vectors}
+            for entry in built.entries:
+                assert entry.referenced_data_file is not None
+                path = entry.referenced_data_file
+                self._old_deletes.put(
+                    cache_key(entry, path), merged_by_path[path], entry.content_size_in_bytes
+                )
         return entries, doomed
+
+    async def _find_live(
+        self,
+        base: TableMetadata,
+        parent_manifests: list[ManifestFile],
+        targets: set[str],
+        live: dict[str, DataFile],
+    ) -> None:
+        """Add to ``live`` the live data file entries of ``targets`` not in it yet: first in
+        the data manifests whose partition summaries admit the partitions the caller gave,
+        then (a caller's partition may be wrong) in the rest; on the Arrow path, where only
+        the hits become objects."""
+        known = self._known_live
+        if known is not None and known[0] == self._parent_id and self._parent_id is not None:
+            for path in targets - live.keys():
+                found = known[1].get(path)
+                if found is not None and found.content == DataFileContent.DATA:
+                    live[path] = found
+            if targets <= live.keys():
+                return
+        data = [m for m in parent_manifests if _has_live(m) and m.content == ManifestContent.DATA]
+        near, far = self._by_partition(base, data, self._target_partitions())
+        specs, schema = base.specs(), base.schema()
+        for manifests in (near, far):
+            wanted = frozenset(targets - set(live).intersection(targets))
+            if not wanted or not manifests:
+                continue
+            query = EntryQuery(paths=wanted)
+            for _, hits in await self.reader.select(manifests, specs, schema, query):
+                for e in hits:
+                    if e.data_file.content == DataFileContent.DATA:
+                        live[e.data_file.file_path] = e.data_file
 
     def _check_live(self, targets: set[str], live: Mapping[str, DataFile]) -> None:
         missing = sorted(targets - set(live))
@@ -596,13 +677,7 @@ class SnapshotProducer:
             for f in self._added
             if f.content == DataFileContent.DATA and f.file_path in targets
         }
-        specs = base.specs()
-        for manifest in parent_manifests:
-            if manifest.content != ManifestContent.DATA or not _has_live(manifest):
-                continue
-            for e in await self.reader.entries(manifest, specs, live_only=True):
-                if e.data_file.file_path in targets:
-                    live[e.data_file.file_path] = e.data_file
+        await self._find_live(base, parent_manifests, targets, live)
         self._check_live(targets, live)
         groups: dict[tuple[int, tuple[Any, ...]], dict[str, Any]] = defaultdict(dict)
         for path in sorted(targets):
@@ -625,21 +700,24 @@ class SnapshotProducer:
             )
             self._written.append(location)
             self._attempt_deletes.add(location)
+            self._this_attempt_deletes.add(location)
             await self.table.io.write_once(location, data)
             out.append(delete_file)
         return out
 
     async def _positions_of(self, delete_file: DataFile, data_path: str) -> DeletionVector:
         """Positions an existing DV or position delete file holds for ``data_path``."""
-        key = (delete_file.file_path, delete_file.content_offset, data_path)
+        key = cache_key(delete_file, data_path)
         cached = self._old_deletes.get(key)
         if cached is None:
             if is_deletion_vector(delete_file):
                 cached = await read_deletion_vector(self.table.io, delete_file)
+                size = delete_file.content_size_in_bytes
             else:
                 raw = await self.table.io.read(delete_file.file_path)
                 cached = positions_in_delete_file(raw, delete_file.file_path, data_path)
-            self._old_deletes[key] = cached
+                size = None
+            self._old_deletes.put(key, cached, size)
         return cached
 
     def _target_partitions(self) -> set[tuple[int, tuple[Any, ...]]]:
@@ -783,8 +861,10 @@ class SnapshotProducer:
         manifest: ManifestFile,
         entries: list[ManifestEntry],
         doomed: set[tuple[str, int | None]],
+        added: list[DataFile] | None = None,
     ) -> ManifestFile:
-        """A copy of ``manifest`` with ``doomed`` entries (see :func:`_key`) marked DELETED."""
+        """A copy of ``manifest`` with ``doomed`` entries (see :func:`_key`) marked DELETED,
+        and ``added`` files (of its spec and content) as this snapshot's ADDED entries."""
         spec = base.spec_by_id(manifest.partition_spec_id)
         assert spec is not None
         rows: list[tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]] = []
@@ -795,6 +875,7 @@ class SnapshotProducer:
                 rows.append((ManifestEntryStatus.DELETED, e.data_file, e))
             else:
                 rows.append((ManifestEntryStatus.EXISTING, e.data_file, e))
+        rows.extend((ManifestEntryStatus.ADDED, f, None) for f in added or ())
         return await self._write_manifest(base, spec, manifest.content, rows)
 
     async def _merge(
@@ -889,7 +970,11 @@ class SnapshotProducer:
                     *(m.manifest_path for m in manifests),
                 }
                 try:
-                    dv_files = await self._referenced_attempt_deletes(committed, manifests)
+                    dv_files: AbstractSet[str] | None = self._deletes_of_list.get(
+                        snapshot.manifest_list
+                    )
+                    if dv_files is None:  # committed by an attempt of another producer
+                        dv_files = await self._referenced_attempt_deletes(committed, manifests)
                 except Exception:
                     keep = None  # cannot tell which DV files are referenced: delete nothing
                 else:

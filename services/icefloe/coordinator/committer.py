@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +69,9 @@ from icefloe.coordinator.upsert import (
     key_ids_of,
 )
 from icefloe.datafile import DataFile, DataFileContent
+from icefloe.deletion_vector_cache import DEFAULT_MAX_BYTES as DEFAULT_DV_CACHE_BYTES
+from icefloe.deletion_vector_cache import DeletionVectorCache
+from icefloe.entry_query import EntryQuery
 from icefloe.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -81,6 +85,7 @@ from icefloe.evaluators import MetricsEvaluator, compile_row_filter
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
 from icefloe.key_index import KeyIndex
 from icefloe.manifest import ManifestEntryStatus
+from icefloe.manifest_list import ManifestContent
 from icefloe.manifest_reader import ManifestReader
 from icefloe.metadata import TableMetadata
 from icefloe.projection import inclusive_projection
@@ -90,6 +95,11 @@ from icefloe.snapshot_producer import SnapshotProducer
 
 log = logging.getLogger(__name__)
 
+# How often at most the key index is checkpointed after upsert commits. A checkpoint only
+# saves a new owner reading the files committed since the one before (never a missed row:
+# icefloe.key_index), and writing one on every commit costs two more writes than the
+# commit itself makes, so it is written on the first upsert commit and then this often.
+DEFAULT_KEY_INDEX_CHECKPOINT_S = 10.0
 
 _INCREMENTAL_LIMIT = 1000
 """Beyond this many new snapshots the live-file set is rebuilt rather than patched."""
@@ -146,16 +156,25 @@ class _LiveFiles:
     data: dict[str, DataFile] | None = None
 
 
-def _slim(f: DataFile, key_ids: frozenset[int]) -> DataFile:
-    """A live data file as the key index needs it: no column metrics but the keys' bounds."""
+def _slim(f: DataFile) -> DataFile:
+    """A live data file as upserts need it (path, size, counts, partition): no column
+    metrics, which would be most of its memory on a table of millions of files."""
+    if (
+        f.column_sizes is None
+        and f.value_counts is None
+        and f.null_value_counts is None
+        and f.nan_value_counts is None
+        and f.lower_bounds is None
+        and f.upper_bounds is None
+    ):
+        return f  # decoded without them already (split offsets are a few numbers)
     return f.copy(
         column_sizes=None,
         value_counts=None,
         null_value_counts=None,
         nan_value_counts=None,
-        lower_bounds={k: v for k, v in (f.lower_bounds or {}).items() if k in key_ids} or None,
-        upper_bounds={k: v for k, v in (f.upper_bounds or {}).items() if k in key_ids} or None,
-        split_offsets=None,
+        lower_bounds=None,
+        upper_bounds=None,
     )
 
 
@@ -180,6 +199,8 @@ class TableCommitter:
         retry_policy: RetryPolicy | None = None,
         open_key_index: KeyIndexOpener | None = None,
         dedup_window_ms: int = DEDUP_WINDOW_MS_DEFAULT,
+        deletion_vector_cache_bytes: int = DEFAULT_DV_CACHE_BYTES,
+        key_index_checkpoint_s: float = DEFAULT_KEY_INDEX_CHECKPOINT_S,
     ) -> None:
         self.catalog = catalog
         self.dedup_window_ms = dedup_window_ms  # recorded on tables that set no window
@@ -200,6 +221,13 @@ class TableCommitter:
         self.open_key_index: KeyIndexOpener = open_key_index or KeyIndex.open
         self._key_index: KeyIndex | None = None
         self._key_index_for: tuple[str, tuple[int, ...]] | None = None
+        # The DVs this committer wrote and read, kept between commits so that merging an
+        # upsert's deletes into a file's DV does not read back the DV the last commit
+        # wrote; keyed by the immutable blob, so a foreign change is a miss, never stale.
+        self.deletion_vectors = DeletionVectorCache(deletion_vector_cache_bytes)
+        self.key_index_checkpoint_s = key_index_checkpoint_s
+        self._key_index_checkpointed: float | None = None  # time.monotonic() of the last
+        self._key_index_dirty = False  # upsert commits since the last checkpoint
 
     @property
     def name(self) -> str:
@@ -262,7 +290,6 @@ class TableCommitter:
         if cached is not None and cached.snapshot_id == head_id:
             return cached
         specs = metadata.specs()
-        key_ids = frozenset(metadata.schema().identifier_field_ids)
         data: dict[str, DataFile] | None = (
             None if not with_data and (cached is None or cached.data is None) else {}
         )
@@ -270,7 +297,7 @@ class TableCommitter:
         def add(f: DataFile) -> None:
             paths.add(f.file_path)
             if data is not None and f.content == DataFileContent.DATA:
-                data[f.file_path] = _slim(f, key_ids)
+                data[f.file_path] = _slim(f)
 
         def remove(path: str) -> None:
             paths.discard(path)
@@ -306,12 +333,24 @@ class TableCommitter:
                                 remove(entry.data_file.file_path)
             else:
                 manifests = await self.reader.manifests(head)
+                schema = metadata.schema()
                 if data is None:
                     # Paths only: the Arrow path, no object per entry.
-                    paths = await self.reader.file_paths(manifests, specs, metadata.schema())
+                    paths = await self.reader.file_paths(manifests, specs, schema)
                 else:
-                    for manifest in manifests:
-                        for entry in await self.reader.entries(manifest, specs, live_only=True):
+                    # Delete files by path only; data files as objects without their column
+                    # metrics (which _slim drops anyway), both on the Arrow path.
+                    deletes = [m for m in manifests if m.content != ManifestContent.DATA]
+                    paths = await self.reader.file_paths(deletes, specs, schema)
+                    selected = await self.reader.select(
+                        [m for m in manifests if m.content == ManifestContent.DATA],
+                        specs,
+                        schema,
+                        EntryQuery(),
+                        with_metrics=False,
+                    )
+                    for _, entries in selected:
+                        for entry in entries:
                             add(entry.data_file)
         live = _LiveFiles(head_id, paths, data)
         self._live[branch] = live
@@ -344,17 +383,30 @@ class TableCommitter:
         opens it again from its last checkpoint and syncs it to the table."""
         self._key_index = None
         self._key_index_for = None
+        self._key_index_checkpointed = None
 
-    async def checkpoint_key_index(self, metadata: TableMetadata, branch: str) -> None:
-        """After an upsert commit: cover the committed snapshot (what the attempt staged is
-        now live) and let the index persist what a new owner needs. Never fails the commit
-        (it is done): an index in doubt is dropped and rebuilt from its checkpoint."""
+    async def sync_key_index(
+        self, metadata: TableMetadata, branch: str, *, checkpoint: bool = False
+    ) -> None:
+        """After an upsert commit or a compaction: cover the committed snapshot (what the
+        attempt staged is now live) and, when one is due (``key_index_checkpoint_s``) or
+        ``checkpoint`` asks, let the index persist what a new owner needs
+        (:meth:`checkpoint_key_index` writes what is left). Never fails the commit (it is
+        done): an index in doubt is dropped and rebuilt from its checkpoint."""
         index = self._key_index
         if index is None:
             return
         try:
-            await index.sync(await self.live_data_files(metadata, branch))
-            await index.checkpoint()
+            head = metadata.snapshot_by_ref(branch)
+            version = (branch, head.snapshot_id if head is not None else None)
+            await index.sync(await self.live_data_files(metadata, branch), version=version)
+            now = time.monotonic()
+            last = self._key_index_checkpointed
+            self._key_index_dirty = True
+            if checkpoint or last is None or now - last >= self.key_index_checkpoint_s:
+                await index.checkpoint()
+                self._key_index_checkpointed = now
+                self._key_index_dirty = False
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -366,6 +418,29 @@ class TableCommitter:
                 extra={"table": self.name},
             )
             self.drop_key_index()
+
+    async def checkpoint_key_index(self) -> None:
+        """Checkpoint the key index now if upsert commits since the last checkpoint were
+        not: for the coordinator when it gives the table up or goes idle, so the next owner
+        resumes from the last commit. Never raises but on cancellation."""
+        index = self._key_index
+        if index is None or not self._key_index_dirty:
+            return
+        try:
+            await index.checkpoint()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            log.warning(
+                "key index of %s could not be checkpointed (%s: %s)",
+                self.name,
+                type(e).__name__,
+                e,
+                extra={"table": self.name},
+            )
+            return
+        self._key_index_checkpointed = time.monotonic()
+        self._key_index_dirty = False
 
     async def delete_key_files(self, units: Sequence[Unit]) -> None:
         """Delete the key files of committed (or already applied) upsert units: they are in
@@ -603,28 +678,31 @@ class TableCommitter:
             remaining = []
             await self._advance_live(committed.metadata, snapshot, producer)
             if producer.upsert is not None:
-                await self.checkpoint_key_index(committed.metadata, producer.branch)
+                await self.sync_key_index(committed.metadata, producer.branch)
         outcome.table = self.table or outcome.table
         return outcome
 
     async def _advance_live(
         self, metadata: TableMetadata, snapshot: Snapshot, producer: _UnitsProducer
     ) -> None:
-        """Bring the live-file set to our new snapshot: an append on top of the known head
-        only adds its files (no need to read back what we just wrote)."""
+        """Bring the live-file set to our new snapshot: on top of the known head, apply what
+        the producer added and removed (no need to read back what we just wrote)."""
         cached = self._live.get(producer.branch)
-        summary = snapshot.summary
+        changes = producer.changes_of(snapshot)
         if (
-            summary is not None
-            and summary.operation == Operation.APPEND
+            changes is not None
             and cached is not None
             and cached.snapshot_id == snapshot.parent_snapshot_id
         ):
-            added = [f for u in producer.units for f in u.data_files]
+            added, removed = changes
+            cached.paths.difference_update(removed)
             cached.paths.update(f.file_path for f in added)
             if cached.data is not None:
-                key_ids = frozenset(metadata.schema().identifier_field_ids)
-                cached.data.update((f.file_path, _slim(f, key_ids)) for f in added)
+                for path in removed:
+                    cached.data.pop(path, None)
+                cached.data.update(
+                    (f.file_path, _slim(f)) for f in added if f.content == DataFileContent.DATA
+                )
             cached.snapshot_id = snapshot.snapshot_id
             return
         await self.live_paths(metadata, producer.branch)
@@ -753,14 +831,14 @@ class TableCommitter:
         index = await self.key_index(metadata)
         index.discard_staged()
         try:
-            await index.sync(await self.live_data_files(metadata, producer.branch))
-            await resolution.resolve(
-                index,
-                self.catalog.io,
-                metadata.schema(),
-                await self.live_data_files(metadata, producer.branch),
-                producer,
-            )
+            live = await self.live_data_files(metadata, producer.branch)
+            head = metadata.snapshot_by_ref(producer.branch)
+            head_id = head.snapshot_id if head is not None else None
+            await index.sync(live, version=(producer.branch, head_id))
+            await resolution.resolve(index, self.catalog.io, metadata.schema(), live, producer)
+            # Our live set is of this very base: the producer need not find the targets'
+            # entries in the manifests again.
+            producer.known_live(head_id, live)
         except UnitRefused as r:
             index.discard_staged()
             if r.maybe_committed:
@@ -900,6 +978,7 @@ class _UnitsProducer(SnapshotProducer):
             branch=units[0].branch,
             snapshot_properties=properties,
             reader=committer.reader,
+            deletion_vectors=committer.deletion_vectors,
         )
         self.committer = committer
         self.units = list(units)

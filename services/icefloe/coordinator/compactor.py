@@ -256,7 +256,7 @@ class TableCompactor:
     async def _update_key_index(self, result: RewriteResult) -> None:
         """The key index covers the new head: moved rows in their new files (keys from the
         bytes just written, not read again), replaced files forgotten; then checkpointed
-        (:meth:`~icefloe.coordinator.committer.TableCommitter.checkpoint_key_index`, which
+        (:meth:`~icefloe.coordinator.committer.TableCommitter.sync_key_index`, which
         drops an index in doubt, to be reopened and synced by the next upsert). Only an
         index already open is updated: one opened later syncs from its checkpoint."""
         committer = self.committer
@@ -273,7 +273,7 @@ class TableCompactor:
                 "key index of %s: staging the rewritten files failed: %s", committer.name, e
             )
             index.discard_staged()
-        await committer.checkpoint_key_index(metadata, MAIN_BRANCH)
+        await committer.sync_key_index(metadata, MAIN_BRANCH, checkpoint=True)
 
 
 __all__ = [

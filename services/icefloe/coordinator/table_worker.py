@@ -161,8 +161,9 @@ class TableWorker:
     async def _run(self) -> None:
         try:
             await self._loop()
+            await self.committer.checkpoint_key_index()  # idle or revoked: persist the index
         except _Revoked:
-            pass
+            await self.committer.checkpoint_key_index()
         except asyncio.CancelledError:
             raise
         except Exception:

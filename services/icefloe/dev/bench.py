@@ -69,6 +69,7 @@ BENCHMARK_MODULES: tuple[str, ...] = (
     "icefloe.dev.bench_dedup",
     "icefloe.dev.bench_key_index",
     "icefloe.dev.bench_upsert",
+    "icefloe.dev.bench_java_merge",
 )
 
 # Distributions whose versions explain a figure; printed with every report.

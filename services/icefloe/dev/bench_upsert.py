@@ -45,17 +45,29 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icefloe.catalog import Table
+from icefloe.catalog_fs import FileSystemCatalog
 from icefloe.catalog_uri import load_catalog
 from icefloe.coordinator.batcher import PendingFiles, Unit
 from icefloe.coordinator.committer import TableCommitter
 from icefloe.coordinator.compactor import TableCompactor
 from icefloe.coordinator.history import source_key
+from icefloe.coordinator.upsert import KeyIndexOpener
 from icefloe.datafile import DataFile, DataFileContent
 from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
+from icefloe.dev.bench_commit_path import generate
+from icefloe.dev.bench_planner import DAY_US, FIRST_DAY, IDS_PER_FILE
+from icefloe.dev.bench_planner import data_file as planner_data_file
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
+from icefloe.fileio import FileIO, LocalFileIO
+from icefloe.key_index import KeyIndex, key_schema
+from icefloe.key_index.runs import Run
+from icefloe.keyed_table import with_identifier_fields
+from icefloe.metadata_builder import MetadataBuilder
 from icefloe.parquet import write_data_file
+from icefloe.partition import PartitionSpec
 from icefloe.schema import Schema
 from icefloe.snapshot_producer import fast_append, row_delta
+from icefloe.transforms import BucketTransform
 from icefloe.types import LongType, NestedField, StringType
 
 SCHEMA = Schema(
@@ -275,6 +287,7 @@ def upsert_benchmark(ctx: BenchContext) -> list[Figure]:
         try:
             figures = _figures(ctx, run, batches, expected, work, commits)
             figures.append(_big_table_figure(ctx, run, batch))
+            figures.append(_million_files_figure(ctx, run, batch))
             return figures
         finally:
             run.close()
@@ -505,3 +518,154 @@ def _big_table_figure(ctx: BenchContext, run: _Run, batch: int) -> Figure:
         peers={EQUALITY: timings[EQUALITY]},
         kind=Kind.LATENCY,
     )
+
+
+def _million_files_figure(ctx: BenchContext, run: _Run, batch: int) -> Figure:
+    """One upsert batch committed on a v3 table of ``files`` data files (1M; the commit-path
+    benchmark's generated table, partitioned by day and user bucket, with a DV on every
+    500th file, made keyed on ``id``), beside the same batch as data + equality deletes.
+
+    The files are manifest entries only (their Parquet files are never read): the key index
+    is given one key per file (the file's first id, at position 0) through
+    :meth:`KeyIndex.adopt`, since a billion-row index does not fit a benchmark machine, and
+    a lookup's cost grows with the log of the keys. Half the batch's keys are in the table,
+    each in another file, so the commit merges that many DVs; the other half are new."""
+    files = ctx.size("million_files", full=1_000_000, quick=50_000)
+    per_manifest = ctx.size("million_files_per_manifest", full=5_000, quick=2_000)
+    touched = max(1, min(batch // 2, files))
+    tables: dict[str, Table] = {}
+    for which in ("upsert", "equality"):
+        tables[which] = run.runner.run(
+            _keyed_generated(run.root / f"m_{which}", files, per_manifest)
+        )
+    rng = np.random.default_rng(7)
+    existing = np.sort(rng.choice(files, touched, replace=False)).astype(np.int64) * IDS_PER_FILE
+    spec = tables["upsert"].metadata.spec()
+    committer = TableCommitter(
+        tables["upsert"].catalog,
+        tables["upsert"].identifier,
+        SOURCE,
+        open_key_index=_one_key_per_file_index(files),
+    )
+    staged: dict[str, tuple[DataFile, DataFile]] = {}
+    done = {"upsert": 0, "equality": 0}
+
+    def setup(which: str) -> Callable[[], None]:
+        def make() -> None:
+            n = done[which]
+            done[which] += 1
+            fresh = files * IDS_PER_FILE + n * touched + np.arange(touched, dtype=np.int64)
+            ids = pa.array(np.concatenate([existing, fresh]))
+            staged[which] = _events_batch_files(tables[which], spec, ids, f"{which}-{n:04d}")
+
+        return make
+
+    def upsert() -> None:
+        data, keys = staged["upsert"]
+        table = tables["upsert"]
+        run.runner.run(commit_upserts(committer, table, [(data, keys)], done["upsert"] - 1))
+
+    def equality() -> None:
+        data, keys = staged["equality"]
+        tables["equality"] = run.runner.run(row_delta(tables["equality"], [data], [keys]).commit())
+
+    setup("upsert")()
+    start = time.perf_counter()
+    upsert()
+    cold = time.perf_counter() - start
+    timings = ctx.compare(
+        {"icefloe": upsert, EQUALITY: equality},
+        work=1,
+        setup={"icefloe": setup("upsert"), EQUALITY: setup("equality")},
+    )
+    ctx.note(
+        f"{files:,} data files in manifests of {per_manifest:,}: one batch of {2 * touched} "
+        f"keys, {touched} of them in the table (one per file: {touched} DVs merged per "
+        f"commit); the first upsert commit (the live data files decoded, the index given "
+        f"its keys) took {cold:,.1f} s; the figure is the steady state after it"
+    )
+    return Figure(
+        f"commit one upsert batch, {files / 1e6:g}M data files",
+        "ms/commit",
+        icefloe=timings["icefloe"],
+        peers={EQUALITY: timings[EQUALITY]},
+        kind=Kind.LATENCY,
+    )
+
+
+async def _keyed_generated(directory: Path, files: int, per_manifest: int) -> Table:
+    """The commit-path benchmark's generated v3 table, keyed on ``id``, in a file-system
+    catalog of its own."""
+    warehouse = directory / "wh"
+    (warehouse / "db").mkdir(parents=True)
+    generated = await generate(warehouse / "db", files, per_manifest)  # at db/table
+    metadata = generated.table.metadata
+    keyed = with_identifier_fields(metadata.schema(), ["id"], metadata.format_version)
+    evolved = (
+        MetadataBuilder(metadata)
+        .add_schema(keyed, metadata.last_column_id)
+        .set_current_schema(-1)
+        .build(generated.metadata_location)
+    )
+    location = Path(generated.metadata_location).with_name("v2.metadata.json")
+    location.write_bytes(evolved.to_json_bytes())
+    catalog = FileSystemCatalog("bench", str(warehouse), LocalFileIO())
+    if not await catalog.namespace_exists("db"):
+        await catalog.create_namespace("db")
+    # A file-system table is its newest vN.metadata.json: the keyed v2 written above.
+    table = await catalog.load_table("db.table")
+    assert list(table.metadata.schema().identifier_field_ids) == [1], table.metadata_location
+    return table
+
+
+def _one_key_per_file_index(files: int) -> KeyIndexOpener:
+    """An opener giving the key index file ``i``'s first id at position 0, for each file."""
+
+    async def opener(io: FileIO, location: str, schema: Schema, key_ids: Sequence[int]) -> KeyIndex:
+        index = KeyIndex(io, schema, key_ids)
+        paths = tuple(planner_data_file(i, 0).file_path for i in range(files))
+        ids = np.arange(files, dtype=np.int64)
+        entries = Run(
+            ids * IDS_PER_FILE,
+            None,
+            ids.astype(np.uint32),
+            np.zeros(files, dtype=np.uint32),
+            paths,
+        )
+        await index.adopt(entries)
+        return index
+
+    return opener
+
+
+def _events_batch_files(
+    table: Table, spec: PartitionSpec, ids: pa.Array, name: str
+) -> tuple[DataFile, DataFile]:
+    """The batch's new rows (all in one day and user bucket, wherever the old rows were)
+    and its key file, in that partition."""
+    n = len(ids)
+    user = 7
+    partition = (FIRST_DAY, BucketTransform(16).apply(LongType(), user))
+    rows = pa.table(
+        {
+            "id": ids,
+            "ts": pa.array(np.full(n, FIRST_DAY * DAY_US, np.int64), pa.timestamp("us")),
+            "user_id": pa.array(np.full(n, user, np.int64)),
+            "event": pa.array(["upsert"] * n),
+            "amount": pa.array(np.ones(n)),
+        }
+    )
+    directory = Path(table.metadata.location) / "data" / "upserts"
+    directory.mkdir(parents=True, exist_ok=True)
+    schema = table.metadata.schema()
+    data = write_data_file(
+        rows, str(directory / f"{name}.parquet"), schema=schema, spec=spec, partition=partition
+    )
+    keys = write_data_file(
+        rows.select(["id"]),
+        str(directory / f"{name}-keys.parquet"),
+        schema=key_schema(schema, [1]),
+        spec=spec,
+        partition=partition,
+    )
+    return data, keys.copy(content=DataFileContent.EQUALITY_DELETES, equality_ids=[1])

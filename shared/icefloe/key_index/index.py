@@ -148,6 +148,7 @@ class KeyIndex:
         self._staged: list[Run] = []
         self._pending: list[tuple[str, pa.Table]] = []  # staged, not yet encoded
         self._stage_generation = 0
+        self._version: object = None  # what the last completed sync covered (see sync)
         self._checkpointed: tuple[RunRef, ...] | None = None
         self._lock = asyncio.Lock()
         self._checkpoint_lock = asyncio.Lock()
@@ -204,27 +205,52 @@ class KeyIndex:
 
     # -- changing ------------------------------------------------------------------------
 
-    async def sync(self, live: Mapping[str, DataFile]) -> None:
+    async def sync(self, live: Mapping[str, DataFile], *, version: object = None) -> None:
         """Cover exactly the data files of ``live`` (path → data file; delete files are
         ignored): read the keys of new ones, forget those no longer live. Files staged by
-        the current attempt that are now live are taken over without reading them."""
+        the current attempt that are now live are taken over without reading them.
+
+        ``version`` names what ``live`` is the live set of (the coordinator passes the
+        branch head's snapshot id): a sync to the version the last one reached, with
+        nothing staged since, has nothing to do and returns at once, instead of comparing
+        millions of paths."""
         async with self._lock:
+            if (
+                version is not None
+                and version == self._version
+                and not self._pending
+                and not self._staged
+            ):
+                return
+            self._version = None
             await self._encode_pending()
-            wanted = {p: f for p, f in live.items() if f.content == DataFileContent.DATA}
-            for path in [p for p in self._where if p not in wanted]:
+            # Set operations on the key views (in C): a table of millions of files changes
+            # by a few per commit, and this runs on every commit. (A covered path is a data
+            # file's; a path never names another kind of file later.)
+            for path in self._where.keys() - live.keys():
                 run, i = self._where.pop(path)
                 run.alive[i] = False
             promoted, taken = [], set()
             for run in self._staged:
                 for i, path in enumerate(run.paths):
-                    if path not in wanted or path in self._where or path in taken:
+                    f = live.get(path)
+                    if (
+                        f is None
+                        or f.content != DataFileContent.DATA
+                        or path in self._where
+                        or path in taken
+                    ):
                         run.alive[i] = False
                     taken.add(path)
                 if run.alive.any():
                     promoted.append(run)
             self._staged = []
             await self._install(promoted)
-            new = [f for p, f in wanted.items() if p not in self._where]
+            new = [
+                f
+                for p in live.keys() - self._where.keys()
+                if (f := live[p]).content == DataFileContent.DATA
+            ]
             batch: list[tuple[str, EncodedKeys]] = []
             batch_bytes = 0
             for start in range(0, len(new), _READ_CONCURRENCY):
@@ -238,6 +264,21 @@ class KeyIndex:
                     batch, batch_bytes = [], 0
             if batch:
                 await self._install([await asyncio.to_thread(run_ops.build, batch)])
+            self._version = version
+
+    async def adopt(self, run: Run) -> None:
+        """Cover the files of a run built elsewhere (:func:`icefloe.key_index.runs.build`):
+        a bulk load, such as a rebuild done out of process or a benchmark's synthetic
+        table. None of its files may be covered already."""
+        async with self._lock:
+            clash = [p for p in run.paths if p in self._where]
+            if clash:
+                raise ValidationError(
+                    f"cannot adopt a run covering {len(clash)} file(s) the index already "
+                    f"covers, such as {clash[0]}"
+                )
+            await self._install([run])
+            self._version = None
 
     def stage(self, data_file: DataFile, keys: pa.Table) -> None:
         """Cover a data file the current attempt adds (its key columns given)."""

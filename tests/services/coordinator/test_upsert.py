@@ -276,9 +276,13 @@ async def test_a_replayed_upsert_batch_is_applied_once(env: Env) -> None:
     assert await table_rows(await env.reload()) == {1: ("b", 2), 2: ("c", 3)}
 
 
-async def test_the_key_index_is_opened_once_and_checkpointed_after_each_commit(
-    env: Env,
+@pytest.mark.parametrize("interval", [0.0, 3600.0])
+async def test_the_key_index_is_opened_once_and_checkpointed_when_due(
+    env: Env, interval: float
 ) -> None:
+    """Checkpointed on the first upsert commit, then at most every interval (each commit
+    with 0), and on checkpoint_key_index (giving the table up, going idle) if commits
+    since were not; a checkpoint with nothing new is not asked for."""
     opened: list[KeyIndex] = []
     checkpoints = Counter[int]()
 
@@ -292,11 +296,18 @@ async def test_the_key_index_is_opened_once_and_checkpointed_after_each_commit(
         opened.append(index)
         return index
 
-    committer = TableCommitter(env.catalog, env.name, SOURCE, open_key_index=opener)
+    committer = TableCommitter(
+        env.catalog, env.name, SOURCE, open_key_index=opener, key_index_checkpoint_s=interval
+    )
     for i in range(3):
         unit = upsert_unit(env, f"c{i}", [(1, "u", i, f"v{i}")])
         await committer.commit([unit], resume_offset=0, position=2 * i + 2)
-    assert len(opened) == 1 and checkpoints[id(opened[0])] == 3
+    assert len(opened) == 1
+    assert checkpoints[id(opened[0])] == (3 if interval == 0 else 1)
+    await committer.checkpoint_key_index()
+    assert checkpoints[id(opened[0])] == (3 if interval == 0 else 2)
+    await committer.checkpoint_key_index()  # nothing new since
+    assert checkpoints[id(opened[0])] == (3 if interval == 0 else 2)
     # after the commit the index covers the committed snapshot, staged files included
     live = await committer.live_data_files((await env.reload()).metadata, "main")
     assert opened[0].covered == frozenset(live)

@@ -101,6 +101,10 @@ class Interleaved:
             changes.append((key, op, self.ord, f"ice{self.ord}"))
         changes += rng.sample(changes, k=min(3, len(changes)))
         rng.shuffle(changes)
+        await self.icefloe_changes(changes)
+
+    async def icefloe_changes(self, changes: list[Change]) -> None:
+        """One CDC batch of the given changes, committed by icefloe."""
         folded = fold_batch(changes)
         self.commits += 1
         commit_id = f"ice-{self.commits}"
@@ -374,3 +378,26 @@ async def test_the_key_index_stays_true_through_java_compaction_rollback_and_exp
     await upsert_every_key()
     await it.check_other_readers()
     assert it.expected, "the sequence left rows to compare"
+
+
+@pytest.mark.parametrize("interleaved", [(3, MOR)], ids=["v3-merge-on-read"], indirect=True)
+async def test_a_java_delete_between_two_upserts_is_merged_into_the_next_dv(
+    interleaved: Interleaved,
+) -> None:
+    """icefloe's committer keeps the DV it wrote for a file; Java then deletes other rows of
+    that file (its DV, merged with ours, replaces it). The next upsert must merge into
+    Java's DV, read from its Puffin file, not into the one icefloe remembers."""
+    ice = interleaved
+    await ice.icefloe_changes([(k, "c", k, f"v{k}") for k in range(KEYS)])
+    ice.ord = KEYS
+    await ice.icefloe_changes([(k, "d", KEYS + 1, "") for k in range(5)])
+    await ice.check()
+    await ice.java_changes(f"DELETE FROM {TABLE} WHERE id BETWEEN 5 AND 9")
+    for k in range(5, 10):
+        del ice.expected[k]
+    await ice.check()
+    misses = ice.committer.deletion_vectors.stats.misses
+    await ice.icefloe_changes([(10, "d", KEYS + 2, ""), (11, "u", KEYS + 2, "again")])
+    await ice.check()
+    assert ice.committer.deletion_vectors.stats.misses > misses, "Java's DV was read"
+    assert sorted(ice.expected) == [*range(11, KEYS)]

@@ -12,6 +12,7 @@ from icefloe.dev.bench import BenchContext, Kind
 from icefloe.dev.bench_upsert import (
     APPEND_ONLY,
     EQUALITY,
+    NO_COMPACTION,
     _checked,
     change_batches,
     fold,
@@ -30,14 +31,26 @@ def test_upsert_benchmark_reports_commits_and_reads_beside_peers(version: int) -
             "format_version": version,
             "big_rows": 1_000,
             "big_files": 3,
+            "million_files": 3_000,
+            "million_files_per_manifest": 1_000,
         },
     )
     figures = upsert_benchmark(ctx)
     assert [(f.name, f.kind, list(f.peers)) for f in figures] == [
         ("upsert commits, 4 batches", Kind.RATE, [EQUALITY]),
-        ("DuckDB read after 4 upsert commits", Kind.LATENCY, [APPEND_ONLY, EQUALITY]),
-        ("PyIceberg read after 4 upsert commits", Kind.LATENCY, [APPEND_ONLY]),
+        (
+            "upsert commits with the coordinator's compaction, 4 batches",
+            Kind.RATE,
+            [NO_COMPACTION, EQUALITY],
+        ),
+        (
+            "DuckDB read after 4 upsert commits",
+            Kind.LATENCY,
+            [APPEND_ONLY, NO_COMPACTION, EQUALITY],
+        ),
+        ("PyIceberg read after 4 upsert commits", Kind.LATENCY, [APPEND_ONLY, NO_COMPACTION]),
         ("commit one upsert batch, 0.001M-row table", Kind.LATENCY, [EQUALITY]),
+        ("commit one upsert batch, 0.003M data files", Kind.LATENCY, [EQUALITY]),
     ]
     assert figures[0].icefloe.work == 4 * 50
     for figure in figures:
@@ -79,6 +92,7 @@ def test_a_read_that_is_not_the_fold_produces_no_figure() -> None:
 
 def test_duckdb_equality_delete_read_is_left_out_past_its_commit_limit_and_said_so() -> None:
     sizes = {"commits": 3, "batch": 20, "keys": 50, "big_rows": 200, "big_files": 2}
+    sizes |= {"million_files": 2_000, "million_files_per_manifest": 1_000}
     ctx = BenchContext(repeat=1, sizes={**sizes, "equality_read_max_commits": 2})
     figures = upsert_benchmark(ctx)
     duckdb = next(f for f in figures if f.name.startswith("DuckDB"))
