@@ -210,21 +210,21 @@ async def _properties_maintenance_reads(warehouse: Path) -> set[str]:
     every action is due."""
     import time
 
-    from icefloe.catalog import Table
-    from icefloe.catalog_uri import load_catalog
-    from icefloe.datafile import DataFile
-    from icefloe.maintenance_policy import (
+    from icefloe.catalog.uri import load_catalog
+    from icefloe.spec.datafile import DataFile
+    from icefloe.spec.partition import PartitionSpec
+    from icefloe.spec.schema import Schema
+    from icefloe.spec.snapshot import MAIN_BRANCH, SnapshotRef
+    from icefloe.spec.types import LongType, NestedField
+    from icefloe.table.catalog import Table
+    from icefloe.table.health import table_health
+    from icefloe.table.maintenance_policy import (
         MaintenancePolicy,
         compaction_candidates,
         decide,
         expiry_retention,
     )
-    from icefloe.partition import PartitionSpec
-    from icefloe.schema import Schema
-    from icefloe.snapshot import MAIN_BRANCH, SnapshotRef
-    from icefloe.snapshot_producer import fast_append
-    from icefloe.table_health import table_health
-    from icefloe.types import LongType, NestedField
+    from icefloe.table.snapshot_producer import fast_append
 
     catalog = load_catalog(f"file://{warehouse}")
     try:
@@ -269,7 +269,7 @@ def test_every_table_property_maintenance_reads_is_on_the_maintenance_page(
 ) -> None:
     import asyncio
 
-    from icefloe.maintenance_policy import PROPERTIES
+    from icefloe.table.maintenance_policy import PROPERTIES
 
     rows: dict[str, list[str]] = {}
     for table in sections(site, "concepts/maintenance").values():

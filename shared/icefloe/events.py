@@ -25,7 +25,7 @@ partition and are read in the order they were produced.
 ``files-written`` (writers → coordinator)
     ``table``, ``commit-id``, ``writer-id``, ``attempt-id``, ``schema-id``, ``spec-id``,
     ``data-files`` and ``delete-files`` (lists of Iceberg REST ``ContentFile`` objects, see
-    :mod:`icefloe.content_file`), ``complete`` (default false). Data files must be written
+    :mod:`icefloe.spec.content_file`), ``complete`` (default false). Data files must be written
     with the event's spec; delete files may use any of the table's specs (a delete applies
     to data files of its own spec). The files are kept as raw JSON here and only checked
     against the table's schema and specs by :meth:`FilesWritten.decode_files`, because only
@@ -132,15 +132,15 @@ from pydantic import (
 )
 from pydantic_core import PydanticSerializationError
 
-from icefloe.catalog import TableIdentifier
-from icefloe.content_file import content_file_from_json, content_file_to_json
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import UnsupportedFormatVersion, ValidationError
-from icefloe.expression_json import parse_expression
 from icefloe.expressions import BooleanExpression
-from icefloe.model import describe_loc, describe_problems, hyphenate
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
+from icefloe.expressions.json_form import parse_expression
+from icefloe.spec.content_file import content_file_from_json, content_file_to_json
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.model import describe_loc, describe_problems, hyphenate
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.table.catalog import TableIdentifier
 
 EVENT_VERSION = 1
 """The contract's major version. Adding optional fields keeps it; anything else bumps it."""

@@ -30,17 +30,17 @@ import pytest
 import task_faults_daemon
 from coordinating import coordinator_config
 
-from icefloe.catalog import Catalog, Table
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.coordinator.service import Coordinator
-from icefloe.datafile import DataFile
-from icefloe.manifest_reader import ManifestReader
-from icefloe.partition import PartitionSpec
+from icefloe.manifests.reader import ManifestReader
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
-from icefloe.schema import Schema
 from icefloe.spark.config import SparkConfig
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.table.catalog import Catalog, Table
 from servers import S3Endpoint
 
 T = TypeVar("T")

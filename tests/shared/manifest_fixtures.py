@@ -8,12 +8,17 @@ import io
 from collections.abc import Iterable
 from typing import Any
 
-from icefloe.datafile import DataFile
-from icefloe.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus, ManifestWriter
-from icefloe.manifest_list import ManifestFile
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
-from icefloe.types import (
+from icefloe.manifests.manifest import (
+    ManifestContent,
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestWriter,
+)
+from icefloe.manifests.manifest_list import ManifestFile
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,

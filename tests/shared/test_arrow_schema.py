@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.arrow_schema import (
+from icefloe.arrow.schema import (
     FIELD_ID_KEY,
     arrow_primitive_to_iceberg,
     arrow_to_schema,
@@ -27,8 +27,8 @@ from icefloe.arrow_schema import (
     type_to_arrow,
 )
 from icefloe.errors import SchemaEvolutionError, ValidationError
-from icefloe.schema import Schema
-from icefloe.types import (
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.avro import (
+from icefloe.avro.codec import (
     avro_decoder,
     avro_encoder,
     avro_to_iceberg,
@@ -27,8 +27,8 @@ from icefloe.avro import (
     type_to_avro,
 )
 from icefloe.errors import InvalidFileError, ValidationError
-from icefloe.schema import Schema
-from icefloe.types import (
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,

@@ -12,9 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.binding import bind, bind_reference
 from icefloe.errors import ValidationError
-from icefloe.evaluators import Evaluator
 from icefloe.expressions import (
     AlwaysFalse,
     AlwaysTrue,
@@ -46,9 +44,11 @@ from icefloe.expressions import (
     TransformTerm,
     predicate,
 )
-from icefloe.schema import Schema
-from icefloe.transforms import BucketTransform, DayTransform
-from icefloe.types import (
+from icefloe.expressions.binding import bind, bind_reference
+from icefloe.expressions.evaluators import Evaluator
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import BucketTransform, DayTransform
+from icefloe.spec.types import (
     BinaryType,
     DateType,
     DecimalType,

@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.cached_manifest import CachedManifest
-from icefloe.manifest_list import ManifestFile
-from icefloe.partition import PartitionSpec
-from icefloe.types import StructType
+from icefloe.manifests.cached import CachedManifest
+from icefloe.manifests.manifest_list import ManifestFile
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.types import StructType
 
 COUNT_MAP = pa.map_(pa.int32(), pa.int64())
 BOUND_MAP = pa.map_(pa.int32(), pa.binary())

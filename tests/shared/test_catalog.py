@@ -29,7 +29,28 @@ from urllib.parse import urlencode
 import boto3
 import pytest
 
-from icefloe.catalog import (
+from icefloe.catalog.dynamodb import DynamoDbCatalog
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.catalog.redis import RedisCatalog
+from icefloe.catalog.uri import load_catalog
+from icefloe.errors import (
+    AlreadyExistsError,
+    CommitFailedError,
+    CommitStateUnknownError,
+    NotFoundError,
+    ValidationError,
+)
+from icefloe.io.fileio import FileIO, LocalFileIO, S3FileIO
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata_builder import MetadataBuilder, new_table_metadata
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import SnapshotRef, Summary
+from icefloe.spec.sort_order import SortOrder
+from icefloe.spec.transforms import BucketTransform, DayTransform, IdentityTransform
+from icefloe.spec.types import LongType, NestedField, StringType, TimestampType
+from icefloe.table.catalog import (
     DELETE_AFTER_COMMIT,
     PREVIOUS_VERSIONS_MAX,
     Catalog,
@@ -40,29 +61,8 @@ from icefloe.catalog import (
     metadata_version,
     parse_namespace,
 )
-from icefloe.catalog_dynamodb import DynamoDbCatalog
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.catalog_redis import RedisCatalog
-from icefloe.catalog_uri import load_catalog
-from icefloe.commit import RetryPolicy
-from icefloe.datafile import DataFile
-from icefloe.errors import (
-    AlreadyExistsError,
-    CommitFailedError,
-    CommitStateUnknownError,
-    NotFoundError,
-    ValidationError,
-)
-from icefloe.fileio import FileIO, LocalFileIO, S3FileIO
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot import SnapshotRef, Summary
-from icefloe.snapshot_producer import fast_append
-from icefloe.sort_order import SortOrder
-from icefloe.transforms import BucketTransform, DayTransform, IdentityTransform
-from icefloe.types import LongType, NestedField, StringType, TimestampType
+from icefloe.table.commit import RetryPolicy
+from icefloe.table.snapshot_producer import fast_append
 from servers import S3Endpoint
 
 COMMITTERS = 16

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from icefloe.catalog_fs import NAMESPACE_MARKER, FileSystemCatalog
+from icefloe.catalog.fs import NAMESPACE_MARKER, FileSystemCatalog
 from icefloe.errors import NotFoundError
-from icefloe.fileio import LocalFileIO
-from icefloe.schema import Schema
-from icefloe.types import LongType, NestedField
+from icefloe.io.fileio import LocalFileIO
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 

@@ -15,27 +15,27 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.commit import RetryPolicy
-from icefloe.commit_index import (
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.errors import ValidationError
+from icefloe.io.fileio import LocalFileIO
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata_builder import MetadataBuilder, new_table_metadata
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import MAIN_BRANCH, Operation, Snapshot, SnapshotRef, Summary
+from icefloe.spec.sort_order import SortOrder
+from icefloe.spec.types import LongType, NestedField
+from icefloe.table.catalog import TableIdentifier
+from icefloe.table.commit import RetryPolicy
+from icefloe.table.commit_index import (
     DEDUP_WINDOW_MS,
     SUMMARY_COMMIT_IDS,
     CommitIndex,
     dedup_window_ms,
     snapshots_in_window,
 )
-from icefloe.datafile import DataFile
-from icefloe.errors import ValidationError
-from icefloe.fileio import LocalFileIO
-from icefloe.maintenance import expire_snapshots, retained_snapshots
-from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot import MAIN_BRANCH, Operation, Snapshot, SnapshotRef, Summary
-from icefloe.snapshot_producer import fast_append
-from icefloe.sort_order import SortOrder
-from icefloe.types import LongType, NestedField
+from icefloe.table.maintenance import expire_snapshots, retained_snapshots
+from icefloe.table.snapshot_producer import fast_append
 
 DAY = 86_400_000
 NOW = 1_700_000_000_000

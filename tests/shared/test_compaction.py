@@ -15,21 +15,28 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import Table, TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.commit import RetryPolicy
-from icefloe.compaction import (
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.errors import ValidationError
+from icefloe.expressions import EqualTo
+from icefloe.io.fileio import LocalFileIO
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import IdentityTransform
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import Table, TableIdentifier
+from icefloe.table.commit import RetryPolicy
+from icefloe.table.compaction import (
     CompactionPolicy,
     CompactionUnsupportedError,
     RewriteTask,
     _bin_pack,
     plan_compaction,
 )
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.errors import ValidationError
-from icefloe.expressions import EqualTo
-from icefloe.fileio import LocalFileIO
-from icefloe.maintenance_policy import (
+from icefloe.table.health import table_health
+from icefloe.table.maintenance_policy import (
     ORPHANS_LAST_RUN_MS,
     Action,
     MaintenancePolicy,
@@ -38,14 +45,12 @@ from icefloe.maintenance_policy import (
     expiry_retention,
     run_maintenance,
 )
-from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import data_file_location, fast_append, rewrite_files, row_delta
-from icefloe.table_health import table_health
-from icefloe.transforms import IdentityTransform
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.table.snapshot_producer import (
+    data_file_location,
+    fast_append,
+    rewrite_files,
+    row_delta,
+)
 
 QUICK = RetryPolicy(num_retries=3, min_wait_ms=1, max_wait_ms=5)
 MB = 1 << 20
@@ -303,7 +308,7 @@ async def test_expiry_by_count_never_enters_the_retention_window(
 async def test_health_says_which_of_the_three_limits_holds_each_snapshot_back(
     catalog: FileSystemCatalog,
 ) -> None:
-    from icefloe.commit_index import DEDUP_WINDOW_MS, SUMMARY_COMMIT_IDS
+    from icefloe.table.commit_index import DEDUP_WINDOW_MS, SUMMARY_COMMIT_IDS
 
     table = await new_table(catalog, **{"icefloe.maintenance.max-snapshots": "2"})
     for i in range(5):
@@ -375,7 +380,7 @@ async def test_maintenance_rewrites_manifests_and_removes_only_old_orphans(
     assert Action.REMOVE_ORPHANS in {p.action for p in due.planned} and due.errors == []
     # every file still referenced is still there
     final = await catalog.load_table("db.t")
-    from icefloe.maintenance import reachable_files
+    from icefloe.table.maintenance import reachable_files
 
     for path in await reachable_files(final):
         if path.endswith((".avro", ".json")):

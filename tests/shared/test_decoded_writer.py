@@ -15,23 +15,23 @@ from typing import Any
 import pytest
 from manifest_fixtures import id_file
 
-from icefloe.catalog import Table
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.datafile import DataFile
-from icefloe.decoded_writer import DecodedManifestWriter
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.errors import ValidationError
-from icefloe.expression_json import parse_expression
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
-from icefloe.manifest_list import ManifestFile
-from icefloe.manifest_reader import ManifestReader
-from icefloe.manifest_store import ManifestStore
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.scan import plan_scan
-from icefloe.scan_json import scan_tasks_json
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.expressions.json_form import parse_expression
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import ManifestCache
+from icefloe.manifests.decoded_writer import DecodedManifestWriter
+from icefloe.manifests.manifest_list import ManifestFile
+from icefloe.manifests.reader import ManifestReader
+from icefloe.manifests.store import ManifestStore
+from icefloe.scan.planning import plan_scan
+from icefloe.scan.tasks_json import scan_tasks_json
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import Table
+from icefloe.table.snapshot_producer import fast_append
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "s", StringType()))
 

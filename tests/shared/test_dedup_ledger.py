@@ -14,13 +14,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.commit_index import (
+from icefloe.spec.metadata_builder import MetadataBuilder, new_table_metadata
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import MAIN_BRANCH, Operation, Snapshot, SnapshotRef, Summary
+from icefloe.spec.sort_order import SortOrder
+from icefloe.spec.types import LongType, NestedField
+from icefloe.table.commit_index import (
     DEDUP_WINDOW_MS,
     SUMMARY_COMMIT_IDS,
     CommitIndex,
     ledger_properties,
 )
-from icefloe.dedup_ledger import (
+from icefloe.table.dedup_ledger import (
     DIGEST_CHARS,
     LEDGER_PROPERTY,
     DedupLedger,
@@ -28,12 +34,6 @@ from icefloe.dedup_ledger import (
     extend_ledger,
     ledger_entry,
 )
-from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot import MAIN_BRANCH, Operation, Snapshot, SnapshotRef, Summary
-from icefloe.sort_order import SortOrder
-from icefloe.types import LongType, NestedField
 
 DAY = 86_400_000
 NOW = 1_700_000_000_000

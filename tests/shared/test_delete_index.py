@@ -20,18 +20,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.delete_index import (
+from icefloe.deletes.index import (
     DELETE_FILE_PATH_ID,
     DeleteFileIndex,
     is_deletion_vector,
     partition_key,
 )
 from icefloe.errors import ValidationError
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
-from icefloe.schema import Schema
-from icefloe.types import DoubleType, IntegerType, NestedField, StringType
-from icefloe.values import to_bytes
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import DoubleType, IntegerType, NestedField, StringType
+from icefloe.spec.values import to_bytes
 
 SCHEMA = Schema(
     NestedField(1, "id", IntegerType()),

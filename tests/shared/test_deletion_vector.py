@@ -12,16 +12,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.deletion_vector import (
+from icefloe.deletes.deletion_vector import (
     MAX_POSITION,
     DeletionVector,
     build_deletion_vector_file,
     dv_from_puffin,
     vectors_in_puffin,
 )
+from icefloe.deletes.puffin import read_footer
 from icefloe.errors import InvalidFileError, ValidationError
-from icefloe.puffin import read_footer
+from icefloe.spec.datafile import DataFile, DataFileContent
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "java"
 

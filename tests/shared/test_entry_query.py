@@ -19,14 +19,14 @@ from hypothesis import strategies as st
 from manifest_fixtures import write_manifest
 
 from hypothesis_budget import examples
-from icefloe.datafile import DataFile, DataFileContent, FileFormat
-from icefloe.entry_query import EntryQuery, summaries_may_contain
-from icefloe.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus
-from icefloe.manifest_list import ManifestFile
-from icefloe.manifest_reader import ManifestReader
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
-from icefloe.schema import Schema
-from icefloe.types import IntegerType, LongType, NestedField, StringType
+from icefloe.manifests.entry_query import EntryQuery, summaries_may_contain
+from icefloe.manifests.manifest import ManifestContent, ManifestEntry, ManifestEntryStatus
+from icefloe.manifests.manifest_list import ManifestFile
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile, DataFileContent, FileFormat
+from icefloe.spec.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import IntegerType, LongType, NestedField, StringType
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

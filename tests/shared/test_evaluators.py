@@ -12,15 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.datafile import DataFile
 from icefloe.errors import InvalidFileError, ValidationError
-from icefloe.evaluators import (
-    Evaluator,
-    ManifestEvaluator,
-    MetricsEvaluator,
-    PartitionEvaluator,
-    StrictMetricsEvaluator,
-)
 from icefloe.expressions import (
     And,
     BooleanExpression,
@@ -44,10 +36,18 @@ from icefloe.expressions import (
     TransformTerm,
     predicate,
 )
-from icefloe.manifest_list import ManifestFile, PartitionFieldSummary
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.transforms import (
+from icefloe.expressions.evaluators import (
+    Evaluator,
+    ManifestEvaluator,
+    MetricsEvaluator,
+    PartitionEvaluator,
+    StrictMetricsEvaluator,
+)
+from icefloe.manifests.manifest_list import ManifestFile, PartitionFieldSummary
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import (
     BucketTransform,
     DayTransform,
     HourTransform,
@@ -58,7 +58,7 @@ from icefloe.transforms import (
     VoidTransform,
     YearTransform,
 )
-from icefloe.types import (
+from icefloe.spec.types import (
     BinaryType,
     DateType,
     DecimalType,
@@ -73,7 +73,7 @@ from icefloe.types import (
     StructType,
     TimestampType,
 )
-from icefloe.values import compare, to_bytes, truncate_lower_bound, truncate_upper_bound
+from icefloe.spec.values import compare, to_bytes, truncate_lower_bound, truncate_upper_bound
 
 DAY_US = 86_400_000_000
 

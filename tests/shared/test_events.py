@@ -12,9 +12,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import TableIdentifier
-from icefloe.content_file import content_file_to_json
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import UnsupportedFormatVersion, ValidationError
 from icefloe.events import (
     EVENT_VERSION,
@@ -30,11 +27,14 @@ from icefloe.events import (
     parse_event,
 )
 from icefloe.expressions import BooleanExpression
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.transforms import BucketTransform, DayTransform
-from icefloe.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
-from icefloe.values import to_bytes
+from icefloe.spec.content_file import content_file_to_json
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import BucketTransform, DayTransform
+from icefloe.spec.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
+from icefloe.spec.values import to_bytes
+from icefloe.table.catalog import TableIdentifier
 
 # -- a real table: schema 3, spec 0 unpartitioned, spec 1 = day(ts), bucket[8](id) ----------
 

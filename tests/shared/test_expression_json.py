@@ -12,9 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.binding import bind
 from icefloe.errors import ValidationError
-from icefloe.expression_json import expression_to_json, expression_to_json_text, parse_expression
 from icefloe.expressions import (
     AlwaysFalse,
     AlwaysTrue,
@@ -42,9 +40,15 @@ from icefloe.expressions import (
     TransformTerm,
     predicate,
 )
-from icefloe.schema import Schema
-from icefloe.transforms import BucketTransform, DayTransform, TruncateTransform
-from icefloe.types import (
+from icefloe.expressions.binding import bind
+from icefloe.expressions.json_form import (
+    expression_to_json,
+    expression_to_json_text,
+    parse_expression,
+)
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import BucketTransform, DayTransform, TruncateTransform
+from icefloe.spec.types import (
     BinaryType,
     DateType,
     DecimalType,
@@ -480,8 +484,8 @@ def test_json_round_trip_law(expr: BooleanExpression) -> None:
 
 
 def test_filter_text_is_json_when_it_starts_with_a_brace_and_the_filter_syntax_otherwise() -> None:
-    from icefloe.expression_json import parse_filter_text
     from icefloe.expressions import EqualTo
+    from icefloe.expressions.json_form import parse_filter_text
 
     assert parse_filter_text('  {"type": "eq", "term": "a", "value": 1}') == EqualTo("a", 1)
     assert parse_filter_text("a = 1") == EqualTo("a", 1)

@@ -13,9 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.binding import bind
 from icefloe.errors import ValidationError
-from icefloe.evaluators import Evaluator
 from icefloe.expressions import (
     AlwaysFalse,
     AlwaysTrue,
@@ -52,9 +50,11 @@ from icefloe.expressions import (
     rewrite_not,
     visit,
 )
-from icefloe.schema import Schema
-from icefloe.transforms import BucketTransform
-from icefloe.types import (
+from icefloe.expressions.binding import bind
+from icefloe.expressions.evaluators import Evaluator
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import BucketTransform
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,

@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe import fileio
 from icefloe.errors import AlreadyExistsError, FileIOError, NotFoundError, ValidationError
-from icefloe.fileio import (
+from icefloe.io import fileio
+from icefloe.io.fileio import (
     FileIO,
     LocalFileIO,
     RoutingFileIO,

@@ -17,22 +17,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from icefloe.catalog import Table
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.delete_index import is_deletion_vector
-from icefloe.deletion_vector import read_deletion_vector
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.deletes.deletion_vector import read_deletion_vector
+from icefloe.deletes.index import is_deletion_vector
 from icefloe.errors import ValidationError
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.parquet import write_data_file
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.scan import plan_scan
-from icefloe.schema import Schema
-from icefloe.schema_update import UpdateSchema
-from icefloe.snapshot_producer import data_file_location, fast_append, row_delta
-from icefloe.types import (
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import ManifestCache
+from icefloe.parquet.files import write_data_file
+from icefloe.scan.planning import plan_scan
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.schema_update import UpdateSchema
+from icefloe.spec.types import (
     IntegerType,
     LongType,
     NestedField,
@@ -40,6 +38,8 @@ from icefloe.types import (
     TimestampNanoType,
     TimestamptzNanoType,
 )
+from icefloe.table.catalog import Table
+from icefloe.table.snapshot_producer import data_file_location, fast_append, row_delta
 from java_iceberg import JavaIceberg
 
 pytestmark = [pytest.mark.interop, pytest.mark.integration]
@@ -218,9 +218,9 @@ def test_spark_read_tasks_apply_java_deletion_vectors(
     java_histories: dict[int, JavaHistory],
 ) -> None:
     """The icefloe Spark reader's task code (no Spark needed) on Java's DV scan tasks."""
-    from icefloe.content_file import content_file_to_json
     from icefloe.spark.read_tasks import ReadJob, ScanTaskReader
     from icefloe.spark.tasks import TaskIO
+    from icefloe.spec.content_file import content_file_to_json
 
     history = java_histories[3]
     table = load(history.warehouse, history.name)
@@ -266,10 +266,10 @@ def test_spark_read_tasks_read_java_row_lineage_for_a_rewrite(
 ) -> None:
     """What a v3 compaction reads (the task code with ``row_lineage``) is Java's lineage:
     inherited ids, and the explicit ones Java's updates wrote, before deletes drop rows."""
-    from icefloe.content_file import content_file_to_json
-    from icefloe.row_lineage import LINEAGE_NAMES
     from icefloe.spark.read_tasks import ReadJob, ScanTaskReader
     from icefloe.spark.tasks import TaskIO
+    from icefloe.spec.content_file import content_file_to_json
+    from icefloe.spec.row_lineage import LINEAGE_NAMES
 
     history = java_histories[3]
     table = load(history.warehouse, history.name)

@@ -36,19 +36,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import Table
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.datafile import DataFile
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest import ManifestEntry, ManifestEntryStatus
-from icefloe.manifest_list import ManifestFile
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata import TableMetadata, parse_table_metadata
-from icefloe.parquet import read_data_file, write_files, write_partitioned
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append, merge_append
-from icefloe.types import (
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.manifest import ManifestEntry, ManifestEntryStatus
+from icefloe.manifests.manifest_list import ManifestFile
+from icefloe.manifests.reader import ManifestReader
+from icefloe.parquet.files import read_data_file, write_files, write_partitioned
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata import TableMetadata, parse_table_metadata
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,
@@ -60,7 +58,9 @@ from icefloe.types import (
     StringType,
     TimestampType,
 )
-from icefloe.values import from_bytes
+from icefloe.spec.values import from_bytes
+from icefloe.table.catalog import Table
+from icefloe.table.snapshot_producer import fast_append, merge_append
 
 pytestmark = pytest.mark.interop
 

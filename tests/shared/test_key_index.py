@@ -29,17 +29,17 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.arrow_schema import schema_to_arrow
-from icefloe.datafile import DataFile
+from icefloe.arrow.schema import schema_to_arrow
 from icefloe.errors import ValidationError
-from icefloe.fileio import LocalFileIO, S3FileIO
+from icefloe.io.fileio import LocalFileIO, S3FileIO
 from icefloe.key_index import KeyIndex, key_schema, key_tuples
 from icefloe.key_index import runs as run_ops
 from icefloe.key_index.checkpoint import CHECKPOINT_DIR
 from icefloe.key_index.encoding import KeyEncoding
-from icefloe.parquet import write_data_file
-from icefloe.schema import Schema
-from icefloe.types import (
+from icefloe.parquet.files import write_data_file
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     DateType,
     DecimalType,
     DoubleType,

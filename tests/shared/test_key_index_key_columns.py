@@ -10,13 +10,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from icefloe.datafile import DataFile
-from icefloe.fileio import LocalFileIO, S3FileIO
+from icefloe.io.fileio import LocalFileIO, S3FileIO
 from icefloe.key_index import key_columns, key_schema
 from icefloe.key_index.key_columns import read_key_columns
-from icefloe.parquet import read_data_file, write_data_file
-from icefloe.schema import Schema
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.parquet.files import read_data_file, write_data_file
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField, StringType
 from servers import S3Endpoint
 
 WIDE = Schema(

@@ -8,16 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.errors import SchemaEvolutionError, ValidationError
-from icefloe.keyed_table import (
-    identifier_columns,
-    key_fields,
-    set_identifier_fields,
-    with_identifier_fields,
-)
-from icefloe.schema import Schema
-from icefloe.types import (
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     DoubleType,
     FloatType,
     IntegerType,
@@ -26,6 +20,12 @@ from icefloe.types import (
     NestedField,
     StringType,
     StructType,
+)
+from icefloe.table.keyed import (
+    identifier_columns,
+    key_fields,
+    set_identifier_fields,
+    with_identifier_fields,
 )
 
 SCHEMA = Schema(

@@ -1,4 +1,4 @@
-"""The location normal form and containment (icefloe.locations) against hostile paths.
+"""The location normal form and containment (icefloe.io.locations) against hostile paths.
 
 The property: a location built from a root and generated segments is within the root exactly
 when every segment is a plain name (or, on a local disk, empty), and whenever it is within,
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from icefloe.errors import ValidationError
-from icefloe.locations import (
+from icefloe.io.locations import (
     LocationError,
     first_outside,
     normal_location,

@@ -18,13 +18,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import DATA_PATH, Table, TableIdentifier, metadata_dir
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.commit import RetryPolicy
-from icefloe.datafile import DataFile
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.errors import NotFoundError, ValidationError
-from icefloe.fileio import LocalFileIO
-from icefloe.maintenance import (
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.manifest import ManifestEntryStatus
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata_builder import MetadataBuilder, new_table_metadata
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import MAIN_BRANCH, Operation, Snapshot, SnapshotRef, Summary
+from icefloe.spec.sort_order import SortOrder
+from icefloe.spec.transforms import IdentityTransform
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import DATA_PATH, Table, TableIdentifier, metadata_dir
+from icefloe.table.commit import RetryPolicy
+from icefloe.table.maintenance import (
     GC_ENABLED,
     MAX_REF_AGE_MS,
     MAX_SNAPSHOT_AGE_MS,
@@ -36,16 +45,7 @@ from icefloe.maintenance import (
     retained_snapshots,
     rewrite_manifests,
 )
-from icefloe.manifest import ManifestEntryStatus
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot import MAIN_BRANCH, Operation, Snapshot, SnapshotRef, Summary
-from icefloe.snapshot_producer import delete_files, fast_append, overwrite_files
-from icefloe.sort_order import SortOrder
-from icefloe.transforms import IdentityTransform
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.table.snapshot_producer import delete_files, fast_append, overwrite_files
 
 DAY = 86_400_000
 NOW = 1_700_000_000_000

@@ -18,10 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.avro import parsed_avro_schema, read_header
-from icefloe.datafile import DataFile, DataFileContent
+from icefloe.avro.codec import parsed_avro_schema, read_header
 from icefloe.errors import InvalidFileError, UnsupportedFormatVersion, ValidationError
-from icefloe.manifest import (
+from icefloe.manifests.manifest import (
     DEFAULT_BLOCK_SIZE,
     ManifestContent,
     ManifestEntry,
@@ -33,10 +32,11 @@ from icefloe.manifest import (
     read_manifest_metadata,
     write_manifest,
 )
-from icefloe.manifest_list import UNASSIGNED_SEQ
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.transforms import (
+from icefloe.manifests.manifest_list import UNASSIGNED_SEQ
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import (
     BucketTransform,
     DayTransform,
     HourTransform,
@@ -47,7 +47,7 @@ from icefloe.transforms import (
     VoidTransform,
     YearTransform,
 )
-from icefloe.types import (
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,
@@ -66,7 +66,7 @@ from icefloe.types import (
     TimeType,
     UUIDType,
 )
-from icefloe.values import from_bytes
+from icefloe.spec.values import from_bytes
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), True),
@@ -876,7 +876,7 @@ def test_any_delete_files_round_trip(version: int, files: list[DataFile]) -> Non
 @given(files=st.lists(data_files(DataFileContent.DATA), min_size=1, max_size=8))
 def test_summaries_never_exclude_a_partition_value(files: list[DataFile]) -> None:
     """Law: every partition value of every entry lies within its field's summary."""
-    from icefloe.values import compare
+    from icefloe.spec.values import compare
 
     _, mf = write(files, version=2)
     assert mf.partitions is not None

@@ -1,7 +1,7 @@
 """The native Avro readers (DataFusion's, DuckDB's) decode manifests to exactly the columns
 the fastavro path makes.
 
-The fastavro path (:func:`icefloe.manifest.read_manifest`) is the reference; every manifest
+The fastavro path (:func:`icefloe.manifests.manifest.read_manifest`) is the reference; every manifest
 shape the writers produce is decoded by each reader and by fastavro and compared column by
 column, and :func:`decode_columns` is called directly so a silent fallback cannot make a
 comparison vacuous.
@@ -19,18 +19,18 @@ from decimal import Decimal
 import pytest
 from manifest_fixtures import PRIMITIVE_FIELDS, write_manifest
 
-from icefloe import avro_arrow
-from icefloe.avro import read_header
-from icefloe.avro_arrow import READERS
-from icefloe.datafile import DataFile, DataFileContent
+from icefloe.avro import arrow as avro_arrow
+from icefloe.avro.arrow import READERS
+from icefloe.avro.codec import read_header
 from icefloe.errors import InvalidFileError
-from icefloe.manifest import ManifestEntry, ManifestEntryStatus
-from icefloe.manifest_arrow import ArrowDecodeUnavailable, configured_decoder, decode_columns
-from icefloe.manifest_cache import CachedManifest
-from icefloe.manifest_list import ManifestContent, ManifestFile
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
-from icefloe.schema import Schema
-from icefloe.types import (
+from icefloe.manifests.arrow import ArrowDecodeUnavailable, configured_decoder, decode_columns
+from icefloe.manifests.cache import CachedManifest
+from icefloe.manifests.manifest import ManifestEntry, ManifestEntryStatus
+from icefloe.manifests.manifest_list import ManifestContent, ManifestFile
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     FixedType,
     NestedField,
     TimestampNanoType,
@@ -124,7 +124,7 @@ def _manifest(
 def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Each native reader in turn; ``verify`` (the default reader) is pointed at it too."""
     name: str = request.param
-    monkeypatch.setattr("icefloe.avro_arrow.DEFAULT_READER", name)
+    monkeypatch.setattr("icefloe.avro.arrow.DEFAULT_READER", name)
     return name
 
 

@@ -3,7 +3,7 @@
 The central law: for any manifest and any filter, the rows :class:`FilePruner` selects over
 the cached Arrow columns are exactly the live entries whose partition satisfies the filter's
 inclusive projection (decided by the row evaluator on the partition tuple) and whose metrics
-the :class:`~icefloe.evaluators.MetricsEvaluator` cannot rule out. The vectorized path is an
+the :class:`~icefloe.expressions.evaluators.MetricsEvaluator` cannot rule out. The vectorized path is an
 accelerator of those evaluators, never a second set of semantics, so they are the oracle.
 """
 
@@ -24,10 +24,7 @@ from hypothesis import strategies as st
 from manifest_fixtures import PRIMITIVE_FIELDS, write_manifest
 
 from hypothesis_budget import examples
-from icefloe.binding import bind_reference, bind_term
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import InvalidFileError, ValidationError
-from icefloe.evaluators import MetricsEvaluator, compile_row_filter
 from icefloe.expressions import (
     AlwaysTrue,
     And,
@@ -43,9 +40,11 @@ from icefloe.expressions import (
     TransformTerm,
     rewrite_not,
 )
-from icefloe.fileio import FileIO, LocalFileIO
-from icefloe.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriter, read_manifest
-from icefloe.manifest_cache import (
+from icefloe.expressions.binding import bind_reference, bind_term
+from icefloe.expressions.evaluators import MetricsEvaluator, compile_row_filter
+from icefloe.expressions.projection import inclusive_projection
+from icefloe.io.fileio import FileIO, LocalFileIO
+from icefloe.manifests.cache import (
     CachedManifest,
     FilePruner,
     ManifestCache,
@@ -53,13 +52,19 @@ from icefloe.manifest_cache import (
     decode_bounds,
     values_to_arrow,
 )
-from icefloe.manifest_list import ManifestFile, write_manifest_list
-from icefloe.manifest_store import ManifestStore, store_key
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
-from icefloe.projection import inclusive_projection
-from icefloe.schema import Schema
-from icefloe.snapshot import Snapshot
-from icefloe.types import (
+from icefloe.manifests.manifest import (
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestWriter,
+    read_manifest,
+)
+from icefloe.manifests.manifest_list import ManifestFile, write_manifest_list
+from icefloe.manifests.store import ManifestStore, store_key
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import Snapshot
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DecimalType,
@@ -72,7 +77,7 @@ from icefloe.types import (
     StringType,
     UUIDType,
 )
-from icefloe.values import to_bytes
+from icefloe.spec.values import to_bytes
 
 SCHEMA = Schema(*PRIMITIVE_FIELDS)
 SPEC = (
@@ -687,7 +692,7 @@ def test_delete_files_round_trip_with_their_delete_fields() -> None:
         ),
     ]
     buffer = io.BytesIO()
-    from icefloe.manifest_list import ManifestContent
+    from icefloe.manifests.manifest_list import ManifestContent
 
     with ManifestWriter(
         buffer,

@@ -14,11 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.avro import read_header
-from icefloe.datafile import DataFile
+from icefloe.avro.codec import read_header
 from icefloe.errors import InvalidFileError, UnsupportedFormatVersion, ValidationError
-from icefloe.manifest import ManifestWriter, read_manifest
-from icefloe.manifest_list import (
+from icefloe.manifests.manifest import ManifestWriter, read_manifest
+from icefloe.manifests.manifest_list import (
     UNASSIGNED_SEQ,
     ManifestContent,
     ManifestFile,
@@ -28,10 +27,11 @@ from icefloe.manifest_list import (
     read_manifest_list_metadata,
     write_manifest_list,
 )
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.transforms import IdentityTransform
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import IdentityTransform
+from icefloe.spec.types import LongType, NestedField, StringType
 
 SNAPSHOT = 3051729675574597004
 

@@ -21,9 +21,9 @@ from icefloe.errors import (
     UnsupportedFormatVersion,
     ValidationError,
 )
-from icefloe.metadata import TableMetadata, parse_table_metadata
-from icefloe.snapshot import Operation, SnapshotRefType
-from icefloe.types import LongType
+from icefloe.spec.metadata import TableMetadata, parse_table_metadata
+from icefloe.spec.snapshot import Operation, SnapshotRefType
+from icefloe.spec.types import LongType
 
 # Apache Iceberg's conformance files, copied into the repository (tests/fixtures)
 CONFORMANCE = Path(__file__).resolve().parents[1] / "fixtures" / "conformance" / "table-metadata"

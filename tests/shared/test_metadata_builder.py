@@ -15,22 +15,11 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from icefloe.errors import CommitFailedError, UnsupportedFormatVersion, ValidationError
-from icefloe.metadata import TableMetadata, parse_table_metadata
-from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
-from icefloe.metadata_requirements import (
-    AssertRefSnapshotId,
-    parse_table_requirement,
-    validate_requirements,
-)
-from icefloe.metadata_updates import (
-    AddSnapshotUpdate,
-    SetSnapshotRefUpdate,
-    apply_updates,
-    parse_table_update,
-)
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot import (
+from icefloe.spec.metadata import TableMetadata, parse_table_metadata
+from icefloe.spec.metadata_builder import MetadataBuilder, new_table_metadata
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import (
     Operation,
     PartitionStatisticsFile,
     Snapshot,
@@ -39,21 +28,32 @@ from icefloe.snapshot import (
     StatisticsFile,
     Summary,
 )
-from icefloe.sort_order import NullOrder, SortDirection, SortField, SortOrder
-from icefloe.transforms import (
+from icefloe.spec.sort_order import NullOrder, SortDirection, SortField, SortOrder
+from icefloe.spec.transforms import (
     BucketTransform,
     DayTransform,
     IdentityTransform,
     TruncateTransform,
     UnknownTransform,
 )
-from icefloe.types import (
+from icefloe.spec.types import (
     LongType,
     NestedField,
     StringType,
     StructType,
     TimestampNanoType,
     TimestampType,
+)
+from icefloe.table.requirements import (
+    AssertRefSnapshotId,
+    parse_table_requirement,
+    validate_requirements,
+)
+from icefloe.table.updates import (
+    AddSnapshotUpdate,
+    SetSnapshotRefUpdate,
+    apply_updates,
+    parse_table_update,
 )
 
 LOCATION = "s3://bucket/db/events"

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from icefloe.errors import ValidationError
-from icefloe.metadata import TableMetadata
+from icefloe.spec.metadata import TableMetadata
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "conformance" / "table-metadata"
 

@@ -7,7 +7,7 @@ import pytest
 from pydantic import StrictInt
 
 from icefloe.errors import ValidationError
-from icefloe.model import IcebergModel, describe_problems
+from icefloe.spec.model import IcebergModel, describe_problems
 
 
 class _Inner(IcebergModel):

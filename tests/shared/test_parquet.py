@@ -22,11 +22,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.arrow_schema import field_id_of, from_arrow_array, to_arrow_array
-from icefloe.datafile import DataFile
+from icefloe.arrow.schema import field_id_of, from_arrow_array, to_arrow_array
 from icefloe.errors import InvalidFileError, ValidationError
-from icefloe.fileio import LocalFileIO
-from icefloe.parquet import (
+from icefloe.io.fileio import LocalFileIO
+from icefloe.parquet.files import (
     MemoryOutputs,
     ParquetFileWriter,
     partition_table,
@@ -35,12 +34,13 @@ from icefloe.parquet import (
     write_files,
     write_partitioned,
 )
-from icefloe.parquet_metrics import compute_metrics
-from icefloe.parquet_options import MetricsConfig, MetricsMode, ParquetWriteOptions
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.sort_order import NullOrder, SortDirection, SortField, SortOrder
-from icefloe.transforms import (
+from icefloe.parquet.metrics import compute_metrics
+from icefloe.parquet.options import MetricsConfig, MetricsMode, ParquetWriteOptions
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.sort_order import NullOrder, SortDirection, SortField, SortOrder
+from icefloe.spec.transforms import (
     BucketTransform,
     DayTransform,
     HourTransform,
@@ -50,7 +50,7 @@ from icefloe.transforms import (
     VoidTransform,
     YearTransform,
 )
-from icefloe.types import (
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,
@@ -73,7 +73,7 @@ from icefloe.types import (
     TimeType,
     UUIDType,
 )
-from icefloe.values import compare, from_bytes, truncate_lower_bound, truncate_upper_bound
+from icefloe.spec.values import compare, from_bytes, truncate_lower_bound, truncate_upper_bound
 
 
 def _write(
@@ -619,7 +619,7 @@ def test_partitioning_by_uuid_and_decimal_identity() -> None:
 
 
 def test_partitioning_refuses_unknown_transforms() -> None:
-    from icefloe.transforms import UnknownTransform
+    from icefloe.spec.transforms import UnknownTransform
 
     spec = PartitionSpec(0, (PartitionField(1, 1000, "x", UnknownTransform("zorder")),))
     with pytest.raises(ValidationError, match="spec 0"):

@@ -1,4 +1,4 @@
-"""Tests for icefloe.partition: spec JSON, validation, partition types and paths, evolution."""
+"""Tests for icefloe.spec.partition: spec JSON, validation, partition types and paths, evolution."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from icefloe.errors import ValidationError
-from icefloe.partition import (
+from icefloe.spec.partition import (
     PARTITION_FIELD_ID_START,
     PartitionField,
     PartitionSpec,
     PartitionSpecBuilder,
     default_partition_name,
 )
-from icefloe.schema import Schema
-from icefloe.transforms import (
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import (
     BucketTransform,
     DayTransform,
     HourTransform,
@@ -33,7 +33,7 @@ from icefloe.transforms import (
     VoidTransform,
     YearTransform,
 )
-from icefloe.types import (
+from icefloe.spec.types import (
     DateType,
     DoubleType,
     IntegerType,

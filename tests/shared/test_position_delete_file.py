@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.arrow_schema import field_id_of
-from icefloe.datafile import DataFileContent
-from icefloe.deletion_vector import positions_in_delete_file
+from icefloe.arrow.schema import field_id_of
+from icefloe.deletes.deletion_vector import positions_in_delete_file
+from icefloe.deletes.position_delete_file import FILE_PATH_ID, POS_ID, build_position_delete_file
 from icefloe.errors import ValidationError
-from icefloe.position_delete_file import FILE_PATH_ID, POS_ID, build_position_delete_file
-from icefloe.types import LongType, StringType
-from icefloe.values import from_bytes
+from icefloe.spec.datafile import DataFileContent
+from icefloe.spec.types import LongType, StringType
+from icefloe.spec.values import from_bytes
 
 PATHS = st.sampled_from(["s3://b/t/data/a.parquet", "s3://b/t/data/b.parquet", "file:///c.pq"])
 

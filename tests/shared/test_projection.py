@@ -11,8 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.binding import bind
-from icefloe.evaluators import Evaluator, compile_row_filter
 from icefloe.expressions import (
     AlwaysFalse,
     AlwaysTrue,
@@ -40,15 +38,17 @@ from icefloe.expressions import (
     TransformTerm,
     predicate,
 )
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.projection import (
+from icefloe.expressions.binding import bind
+from icefloe.expressions.evaluators import Evaluator, compile_row_filter
+from icefloe.expressions.projection import (
     inclusive_projection,
     partition_references,
     residual_evaluator,
     strict_projection,
 )
-from icefloe.schema import Schema
-from icefloe.transforms import (
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import (
     BucketTransform,
     DayTransform,
     HourTransform,
@@ -60,7 +60,7 @@ from icefloe.transforms import (
     VoidTransform,
     YearTransform,
 )
-from icefloe.types import (
+from icefloe.spec.types import (
     BinaryType,
     DateType,
     DecimalType,

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
+from icefloe.deletes.puffin import PendingBlob, read_footer, write_puffin
 from icefloe.errors import InvalidFileError
-from icefloe.puffin import PendingBlob, read_footer, write_puffin
 
 
 @settings(max_examples=examples(50), deadline=None)

@@ -1,4 +1,4 @@
-"""The engine-free rewrite (icefloe.rewrite) on a local file-system catalog with real Parquet.
+"""The engine-free rewrite (icefloe.table.rewrite) on a local file-system catalog with real Parquet.
 
 The law: whatever the files (partitions, several row groups each, columns added after they
 were written) and deletes (v3 deletion vectors; v2 position delete files that each cover
@@ -19,25 +19,25 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import Table, TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.cli.scan import task_rows
-from icefloe.compaction import CompactionPolicy, plan_compaction
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.parquet import write_data_file
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.rewrite import rewrite_and_commit, select_groups
-from icefloe.scan import plan_scan
-from icefloe.schema import Schema
-from icefloe.schema_update import UpdateSchema
-from icefloe.snapshot import Operation
-from icefloe.snapshot_producer import SnapshotProducer, fast_append
-from icefloe.transforms import IdentityTransform
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import ManifestCache
+from icefloe.manifests.reader import ManifestReader
+from icefloe.parquet.files import write_data_file
+from icefloe.scan.planning import plan_scan
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.schema_update import UpdateSchema
+from icefloe.spec.snapshot import Operation
+from icefloe.spec.transforms import IdentityTransform
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import Table, TableIdentifier
+from icefloe.table.compaction import CompactionPolicy, plan_compaction
+from icefloe.table.rewrite import rewrite_and_commit, select_groups
+from icefloe.table.snapshot_producer import SnapshotProducer, fast_append
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

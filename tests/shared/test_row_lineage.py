@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.datafile import DataFile
-from icefloe.deletion_vector import DeletionVector
+from icefloe.deletes.deletion_vector import DeletionVector
 from icefloe.errors import ValidationError
-from icefloe.parquet import read_data_file, write_data_file
-from icefloe.row_lineage import (
+from icefloe.parquet.files import read_data_file, write_data_file
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.row_lineage import (
     LAST_UPDATED_SEQUENCE_NUMBER,
     ROW_ID,
     lineage_arrow_fields,
@@ -23,8 +23,8 @@ from icefloe.row_lineage import (
     with_row_lineage,
     without_lineage_metrics,
 )
-from icefloe.schema import Schema
-from icefloe.types import LongType, NestedField
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField
 
 column = st.lists(st.none() | st.integers(0, 1 << 40), max_size=40)
 

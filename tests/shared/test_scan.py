@@ -31,23 +31,30 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import Table
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.delete_index import DELETE_FILE_PATH_ID
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.deletes.index import DELETE_FILE_PATH_ID
 from icefloe.errors import NotFoundError, ValidationError
-from icefloe.expression_json import parse_expression
 from icefloe.expressions import AlwaysTrue, EqualTo, GreaterThan, IsNull, LessThan
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import CachedManifest, ManifestCache
-from icefloe.metadata_builder import LAST_ADDED, MetadataBuilder
-from icefloe.parquet import write_files
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.scan import ScanPlan, append_snapshots, plan_scan
-from icefloe.schema import Schema
-from icefloe.snapshot import SnapshotRef
-from icefloe.snapshot_producer import fast_append, overwrite_files, row_delta
-from icefloe.types import DoubleType, IntegerType, LongType, NestedField, StringType, TimestampType
+from icefloe.expressions.json_form import parse_expression
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import CachedManifest, ManifestCache
+from icefloe.parquet.files import write_files
+from icefloe.scan.planning import ScanPlan, append_snapshots, plan_scan
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata_builder import LAST_ADDED, MetadataBuilder
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import SnapshotRef
+from icefloe.spec.types import (
+    DoubleType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampType,
+)
+from icefloe.table.catalog import Table
+from icefloe.table.snapshot_producer import fast_append, overwrite_files, row_delta
 
 DAY_US = 86_400_000_000
 FIRST_DAY = 19_723  # 2024-01-01
@@ -702,7 +709,7 @@ def test_compiled_filters_are_shared_only_by_the_same_request(built: Built) -> N
     """Plans with the same filter share its compiled projections; a filter that differs only
     by the sign of a zero (equal as expressions) is compiled apart, and every plan is the
     one a fresh compilation gives."""
-    from icefloe import scan as scan_module
+    from icefloe.scan import planning as scan_module
 
     filters = [
         {"type": "lt", "term": "amount", "value": 0.0},

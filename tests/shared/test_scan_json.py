@@ -21,22 +21,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe import scan_json
-from icefloe.catalog import Table
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.delete_index import DELETE_FILE_PATH_ID
-from icefloe.expression_json import parse_expression
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
-from icefloe.manifest_store import ManifestStore
-from icefloe.metadata_builder import LAST_ADDED, MetadataBuilder
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.scan import ScanPlan, plan_scan
-from icefloe.scan_json import scan_tasks_bytes, scan_tasks_json
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append, row_delta
-from icefloe.types import DateType, DoubleType, LongType, NestedField, StringType
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.deletes.index import DELETE_FILE_PATH_ID
+from icefloe.expressions.json_form import parse_expression
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import ManifestCache
+from icefloe.manifests.store import ManifestStore
+from icefloe.scan import tasks_json as scan_json
+from icefloe.scan.planning import ScanPlan, plan_scan
+from icefloe.scan.tasks_json import scan_tasks_bytes, scan_tasks_json
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata_builder import LAST_ADDED, MetadataBuilder
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import DateType, DoubleType, LongType, NestedField, StringType
+from icefloe.table.catalog import Table
+from icefloe.table.snapshot_producer import fast_append, row_delta
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

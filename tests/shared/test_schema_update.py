@@ -1,4 +1,4 @@
-"""Tests for icefloe.schema_update: the spec's schema-evolution and default-value rules."""
+"""Tests for icefloe.spec.schema_update: the spec's schema-evolution and default-value rules."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from icefloe.errors import SchemaEvolutionError, ValidationError
-from icefloe.schema import Schema
-from icefloe.schema_update import UpdateSchema, assign_fresh_ids, is_promotion_allowed
-from icefloe.types import (
+from icefloe.spec.schema import Schema
+from icefloe.spec.schema_update import UpdateSchema, assign_fresh_ids, is_promotion_allowed
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,

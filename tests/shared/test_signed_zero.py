@@ -18,16 +18,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from icefloe.binding import bind
-from icefloe.datafile import DataFile
-from icefloe.evaluators import MetricsEvaluator, StrictMetricsEvaluator
-from icefloe.expression_json import parse_expression
 from icefloe.expressions import AlwaysTrue, rewrite_not
-from icefloe.manifest import ManifestWriter
-from icefloe.manifest_cache import CachedManifest, FilePruner
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
-from icefloe.types import DoubleType, NestedField
+from icefloe.expressions.binding import bind
+from icefloe.expressions.evaluators import MetricsEvaluator, StrictMetricsEvaluator
+from icefloe.expressions.json_form import parse_expression
+from icefloe.manifests.cache import CachedManifest, FilePruner
+from icefloe.manifests.manifest import ManifestWriter
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import DoubleType, NestedField
 
 SCHEMA = Schema(NestedField(1, "x", DoubleType()))
 BOUNDS = [(-0.0, -0.0), (0.0, 0.0), (-0.0, 0.0), (-1.0, -0.0), (0.0, 1.0)]

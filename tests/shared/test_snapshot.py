@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from icefloe.errors import ValidationError
-from icefloe.model import hyphenate
-from icefloe.snapshot import (
+from icefloe.spec.model import hyphenate
+from icefloe.spec.snapshot import (
     MAIN_BRANCH,
     BlobMetadata,
     MetadataLogEntry,

@@ -18,18 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import Table, TableIdentifier, metadata_dir
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.commit import (
-    MAX_WAIT_MS,
-    MIN_WAIT_MS,
-    NUM_RETRIES,
-    TOTAL_TIMEOUT_MS,
-    CommitStats,
-    RetryPolicy,
-    commit_with_retry,
-)
-from icefloe.datafile import DataFile, DataFileContent
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -38,16 +27,29 @@ from icefloe.errors import (
     ValidationConflictError,
     ValidationError,
 )
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest import ManifestEntry, ManifestEntryStatus
-from icefloe.manifest_list import ManifestContent, read_manifest_list
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot import MAIN_BRANCH, Operation, Snapshot, SnapshotRef, Summary
-from icefloe.snapshot_producer import (
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.manifest import ManifestEntry, ManifestEntryStatus
+from icefloe.manifests.manifest_list import ManifestContent, read_manifest_list
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import MAIN_BRANCH, Operation, Snapshot, SnapshotRef, Summary
+from icefloe.spec.transforms import IdentityTransform
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import Table, TableIdentifier, metadata_dir
+from icefloe.table.commit import (
+    MAX_WAIT_MS,
+    MIN_WAIT_MS,
+    NUM_RETRIES,
+    TOTAL_TIMEOUT_MS,
+    CommitStats,
+    RetryPolicy,
+    commit_with_retry,
+)
+from icefloe.table.snapshot_producer import (
     MERGE_ENABLED,
     MERGE_MIN_COUNT,
     SnapshotProducer,
@@ -60,8 +62,6 @@ from icefloe.snapshot_producer import (
     rewrite_files,
     row_delta,
 )
-from icefloe.transforms import IdentityTransform
-from icefloe.types import LongType, NestedField, StringType
 
 QUICK = RetryPolicy(num_retries=3, min_wait_ms=1, max_wait_ms=5)
 

@@ -20,23 +20,23 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import Table, TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.datafile import DataFile, DataFileContent
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.errors import ValidationConflictError, ValidationError
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata import TableMetadata
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import (
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import IntegerType, LongType, NestedField
+from icefloe.table.catalog import Table, TableIdentifier
+from icefloe.table.snapshot_producer import (
     SnapshotProducer,
     delete_files,
     fast_append,
     rewrite_files,
     row_delta,
 )
-from icefloe.types import IntegerType, LongType, NestedField
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "p", IntegerType()))
 

@@ -14,32 +14,32 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from icefloe.catalog import Table, TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.cli.scan import task_rows
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.delete_index import is_deletion_vector
-from icefloe.deletion_vector import (
+from icefloe.deletes.deletion_vector import (
     DeletionVector,
     read_deletion_vector,
     write_deletion_vectors,
 )
+from icefloe.deletes.index import is_deletion_vector
 from icefloe.errors import ValidationConflictError, ValidationError
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
-from icefloe.manifest_reader import ManifestReader
-from icefloe.parquet import write_data_file
-from icefloe.scan import plan_scan
-from icefloe.schema import Schema
-from icefloe.snapshot import Summary
-from icefloe.snapshot_producer import (
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import ManifestCache
+from icefloe.manifests.reader import ManifestReader
+from icefloe.parquet.files import write_data_file
+from icefloe.scan.planning import plan_scan
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import Summary
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import Table, TableIdentifier
+from icefloe.table.snapshot_producer import (
     SnapshotProducer,
     data_file_location,
     delete_files,
     fast_append,
     row_delta,
 )
-from icefloe.types import LongType, NestedField, StringType
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "s", StringType()))
 

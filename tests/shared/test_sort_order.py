@@ -1,4 +1,4 @@
-"""Tests for icefloe.sort_order: JSON (Appendix C), validation and order satisfaction."""
+"""Tests for icefloe.spec.sort_order: JSON (Appendix C), validation and order satisfaction."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from icefloe.errors import ValidationError
-from icefloe.schema import Schema
-from icefloe.sort_order import (
+from icefloe.spec.schema import Schema
+from icefloe.spec.sort_order import (
     UNSORTED_ORDER_ID,
     NullOrder,
     SortDirection,
@@ -21,7 +21,7 @@ from icefloe.sort_order import (
     SortOrder,
     SortOrderBuilder,
 )
-from icefloe.transforms import (
+from icefloe.spec.transforms import (
     BucketTransform,
     DayTransform,
     HourTransform,
@@ -29,7 +29,7 @@ from icefloe.transforms import (
     TruncateTransform,
     UnknownTransform,
 )
-from icefloe.types import (
+from icefloe.spec.types import (
     ListType,
     LongType,
     MapType,

@@ -13,21 +13,21 @@ from uuid import uuid4
 
 import pytest
 
-from icefloe.catalog import Table, TableChange, TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.commit import CommitStats, RetryPolicy
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.errors import (
     AlreadyExistsError,
     CommitFailedError,
     NotFoundError,
     UnsupportedOperationError,
 )
-from icefloe.fileio import LocalFileIO
-from icefloe.metadata import TableMetadata
-from icefloe.metadata_updates import apply_updates
-from icefloe.schema import Schema
-from icefloe.table_changes import TableCommit, commit_table_changes
-from icefloe.types import LongType, NestedField
+from icefloe.io.fileio import LocalFileIO
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField
+from icefloe.table.catalog import Table, TableChange, TableIdentifier
+from icefloe.table.changes import TableCommit, commit_table_changes
+from icefloe.table.commit import CommitStats, RetryPolicy
+from icefloe.table.updates import apply_updates
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 FAST = RetryPolicy(num_retries=3, min_wait_ms=1, max_wait_ms=2, total_timeout_ms=10_000)
@@ -154,7 +154,7 @@ async def test_multi_table_swaps_are_all_or_nothing(
     store: str, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """One stale base among several: no table moves, and the new metadata files are removed."""
-    from icefloe.catalog_uri import load_catalog
+    from icefloe.catalog.uri import load_catalog
 
     if store == "redis":
         uri = f"{request.getfixturevalue('redis_server')}?warehouse={tmp_path}&prefix=m{uuid4().hex[:8]}"
@@ -230,11 +230,11 @@ async def test_dedup_evidence_is_never_removed_through_a_rest_commit(
     written; outside the window (after lowering it) the same removal applies."""
     import json
 
-    from icefloe.commit_index import DEDUP_WINDOW_MS, SUMMARY_COMMIT_IDS
-    from icefloe.dedup_ledger import LEDGER_PROPERTY
     from icefloe.errors import ValidationError
-    from icefloe.metadata_builder import MetadataBuilder
-    from icefloe.snapshot import Operation, Snapshot, SnapshotRef, Summary
+    from icefloe.spec.metadata_builder import MetadataBuilder
+    from icefloe.spec.snapshot import Operation, Snapshot, SnapshotRef, Summary
+    from icefloe.table.commit_index import DEDUP_WINDOW_MS, SUMMARY_COMMIT_IDS
+    from icefloe.table.dedup_ledger import LEDGER_PROPERTY
 
     table = await catalog.load_table(T)
     builder = MetadataBuilder(table.metadata)

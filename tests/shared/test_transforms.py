@@ -1,4 +1,4 @@
-"""Tests for icefloe.transforms: Appendix B hashes, spec examples, scalar/vector agreement."""
+"""Tests for icefloe.spec.transforms: Appendix B hashes, spec examples, scalar/vector agreement."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from icefloe.errors import ValidationError
-from icefloe.schema import Schema
-from icefloe.transforms import (
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import (
     INT32_MAX,
     BucketTransform,
     DayTransform,
@@ -34,7 +34,7 @@ from icefloe.transforms import (
     parse_transform,
     source_ids_from_json,
 )
-from icefloe.types import (
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,

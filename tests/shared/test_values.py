@@ -1,4 +1,4 @@
-"""Tests for icefloe.values: Appendix D binary and JSON single values, ordering, truncation."""
+"""Tests for icefloe.spec.values: Appendix D binary and JSON single values, ordering, truncation."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from hypothesis_budget import examples
 from icefloe.errors import ValidationError
-from icefloe.type_json import field_from_json, field_to_json
-from icefloe.types import (
+from icefloe.spec.type_json import field_from_json, field_to_json
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,
@@ -47,7 +47,7 @@ from icefloe.types import (
     UUIDType,
     VariantType,
 )
-from icefloe.values import (
+from icefloe.spec.values import (
     compare,
     date_to_days,
     datetime_to_micros,

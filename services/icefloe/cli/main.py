@@ -3,7 +3,7 @@
 Every subcommand exits 0 on success and 1 with a one-line ``icefloe: error: ...`` naming
 the problem on bad input, so scripts can rely on the exit status and people on the text.
 Catalogs are chosen by URI (``--catalog`` or ``ICEFLOE_CATALOG``); see
-:mod:`icefloe.catalog_uri`.
+:mod:`icefloe.catalog.uri`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def _print_json(obj: Any, *, compact: bool = False) -> None:
 
 
 async def _read_location(path: str) -> bytes:
-    from icefloe.fileio import load_file_io
+    from icefloe.io.fileio import load_file_io
 
     io = load_file_io(path)
     try:
@@ -44,7 +44,7 @@ async def _read_location(path: str) -> bytes:
 
 
 async def cmd_metadata_check(args: argparse.Namespace) -> int:
-    from icefloe.metadata import parse_table_metadata
+    from icefloe.spec.metadata import parse_table_metadata
 
     metadata = parse_table_metadata(await _read_location(args.file), location=args.file)
     _print_json(metadata.to_json())
@@ -70,7 +70,7 @@ def _catalog_uri(args: argparse.Namespace) -> str:
 
 
 async def _with_catalog(args: argparse.Namespace, fn: Callable[[Any], Awaitable[int]]) -> int:
-    from icefloe.catalog_uri import load_catalog
+    from icefloe.catalog.uri import load_catalog
 
     catalog = load_catalog(_catalog_uri(args))
     try:

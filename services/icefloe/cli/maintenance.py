@@ -1,10 +1,10 @@
 """``icefloe table health``, ``icefloe table maintain`` and ``icefloe table compact``.
 
-``health`` prints the figures the coordinator exports per table (:mod:`icefloe.table_health`),
+``health`` prints the figures the coordinator exports per table (:mod:`icefloe.table.health`),
 what its maintenance would do next, with the reason for each action, and what holds snapshot
 expiry back (``expiry``: how many snapshots the table's own limits keep, and how many the
 ``--min-retain-ms`` floor and the table's dedup window hold beyond them), computed by the
-same policy code (:mod:`icefloe.maintenance_policy`). ``maintain`` runs that maintenance
+same policy code (:mod:`icefloe.table.maintenance_policy`). ``maintain`` runs that maintenance
 once, now. ``compact`` runs the Spark compaction (:mod:`icefloe.spark.compaction`) on a local
 Spark session (``--master``), committing through the coordinator whose Kafka brokers
 ``--brokers`` names (default ``$ICEFLOE_BROKERS``, the setting every Spark job reads); the
@@ -19,19 +19,19 @@ import os
 import time
 from typing import Any
 
-from icefloe.catalog import Catalog
 from icefloe.cli.scan import filter_argument
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.errors import ValidationError
-from icefloe.maintenance_policy import (
+from icefloe.runtime.logs import add_log_arguments
+from icefloe.table.catalog import Catalog
+from icefloe.table.health import table_health
+from icefloe.table.maintenance_policy import (
     MaintenancePolicy,
     compaction_candidates,
     decide,
     expiry_retention,
     run_maintenance,
 )
-from icefloe.runtime.logs import add_log_arguments
-from icefloe.table_health import table_health
 
 BROKERS_ENV = "ICEFLOE_BROKERS"
 """Where ``--brokers`` defaults from: the coordinator's and every Spark job's setting."""

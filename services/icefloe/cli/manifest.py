@@ -13,13 +13,13 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from icefloe.avro import read_header
-from icefloe.content_file import content_file_to_json
+from icefloe.avro.codec import read_header
 from icefloe.errors import InvalidFileError, ValidationError
-from icefloe.manifest import read_manifest
-from icefloe.manifest_list import read_manifest_list
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
+from icefloe.manifests.manifest import read_manifest
+from icefloe.manifests.manifest_list import read_manifest_list
+from icefloe.spec.content_file import content_file_to_json
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
 
 
 def _jsonable(value: Any) -> Any:

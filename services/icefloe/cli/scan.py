@@ -20,21 +20,21 @@ from typing import Any, TextIO
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from icefloe.arrow_schema import from_arrow_array
-from icefloe.catalog import Catalog
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.delete_index import is_deletion_vector
-from icefloe.deletion_vector import read_deletion_vector
+from icefloe.arrow.schema import from_arrow_array
+from icefloe.deletes.deletion_vector import read_deletion_vector
+from icefloe.deletes.index import is_deletion_vector
 from icefloe.errors import IcefloeError, InvalidFileError, ValidationError
-from icefloe.evaluators import compile_row_filter
-from icefloe.expression_json import expression_to_json, parse_filter_text
 from icefloe.expressions import BooleanExpression
-from icefloe.manifest_cache import ManifestCache
-from icefloe.parquet import read_data_file
-from icefloe.row_lineage import LINEAGE_NAMES, with_lineage_fields, with_row_lineage
-from icefloe.scan import FileScanTask, ScanPlan, plan_scan
-from icefloe.schema import Schema
-from icefloe.types import NestedType, PrimitiveType, StructType
+from icefloe.expressions.evaluators import compile_row_filter
+from icefloe.expressions.json_form import expression_to_json, parse_filter_text
+from icefloe.manifests.cache import ManifestCache
+from icefloe.parquet.files import read_data_file
+from icefloe.scan.planning import FileScanTask, ScanPlan, plan_scan
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.row_lineage import LINEAGE_NAMES, with_lineage_fields, with_row_lineage
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import NestedType, PrimitiveType, StructType
+from icefloe.table.catalog import Catalog
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -93,7 +93,7 @@ def _names(text: str | None) -> list[str] | None:
 
 
 async def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
-    from icefloe.catalog_uri import load_catalog
+    from icefloe.catalog.uri import load_catalog
 
     uri = args.catalog or os.environ.get("ICEFLOE_CATALOG")
     if not uri:
@@ -156,7 +156,7 @@ async def scan(catalog: Catalog, args: argparse.Namespace, out: TextIO) -> int:
 
 def task_json(plan: ScanPlan, task: FileScanTask) -> dict[str, Any]:
     """One task in the REST API's JSON form, with its delete files inline."""
-    from icefloe.scan_json import content_file_json
+    from icefloe.scan.tasks_json import content_file_json
 
     return {
         "data-file": content_file_json(task.data_file, plan, plan.stats_field_ids),

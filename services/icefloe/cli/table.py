@@ -2,7 +2,7 @@
 
 ``icefloe table properties`` changes an existing table's properties the way a REST client
 does: one ``set-properties`` / ``remove-properties`` commit through
-:func:`icefloe.table_changes.commit_table_changes`, so the catalog's conditional swap (a
+:func:`icefloe.table.changes.commit_table_changes`, so the catalog's conditional swap (a
 concurrent coordinator commit is re-read, not overwritten) and the rules icefloe's REST
 catalog applies (the dedup ledger ``icefloe.dedup.ledger`` cannot be set or removed by
 hand) hold here too, from the same code.
@@ -15,15 +15,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from icefloe.catalog import Catalog, Table, TableIdentifier
 from icefloe.errors import ValidationError
-from icefloe.keyed_table import set_identifier_fields, with_identifier_fields
-from icefloe.maintenance import expire_snapshots
-from icefloe.maintenance_policy import check_policy_change
-from icefloe.metadata_updates import RemovePropertiesUpdate, SetPropertiesUpdate, TableUpdate
-from icefloe.partition import parse_partition_spec
-from icefloe.schema import Schema
-from icefloe.table_changes import TableCommit, commit_table_changes
+from icefloe.spec.partition import parse_partition_spec
+from icefloe.spec.schema import Schema
+from icefloe.table.catalog import Catalog, Table, TableIdentifier
+from icefloe.table.changes import TableCommit, commit_table_changes
+from icefloe.table.keyed import set_identifier_fields, with_identifier_fields
+from icefloe.table.maintenance import expire_snapshots
+from icefloe.table.maintenance_policy import check_policy_change
+from icefloe.table.updates import RemovePropertiesUpdate, SetPropertiesUpdate, TableUpdate
 
 
 def _load_schema(text: str) -> Schema:

@@ -56,9 +56,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Generic, TypeVar
 
-from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
+from icefloe.spec.datafile import DataFile
 
 BATCH_MAX_FILES = "icefloe.batch.max-files"
 BATCH_MAX_BYTES = "icefloe.batch.max-bytes"

@@ -19,10 +19,10 @@ from __future__ import annotations
 import contextvars
 from collections.abc import AsyncIterator
 
-from icefloe.catalog import Catalog
-from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
-from icefloe.commit_index import summary_commit_ids as summary_commit_ids
-from icefloe.fileio import FileInfo, FileIO
+from icefloe.io.fileio import FileInfo, FileIO
+from icefloe.table.catalog import Catalog
+from icefloe.table.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
+from icefloe.table.commit_index import summary_commit_ids as summary_commit_ids
 
 COMMIT_STAGES = ("after-manifests", "after-metadata", "after-swap")
 

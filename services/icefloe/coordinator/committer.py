@@ -8,7 +8,7 @@ What each snapshot records about its sources (``icefloe.commit-ids``, ``icefloe.
 :mod:`icefloe.coordinator.history`.
 
 Offsets decide only what is *skipped*; whether a commit id is applied is decided by the
-dedup index (:mod:`icefloe.commit_index`) over every snapshot the table lists, which is
+dedup index (:mod:`icefloe.table.commit_index`) over every snapshot the table lists, which is
 checked on every base an attempt builds on.
 
 Before every attempt, and again on the reloaded table after every conflict, the committer
@@ -43,12 +43,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from icefloe.binding import bind
-from icefloe.catalog import Catalog, Table, TableIdentifier
-from icefloe.commit import CommitStats, RetryPolicy
-from icefloe.commit_index import DEDUP_WINDOW_MS_DEFAULT, CommitIndex, ledger_properties
-from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
-from icefloe.commit_index import summary_commit_ids as summary_commit_ids
 from icefloe.coordinator.batcher import Unit
 from icefloe.coordinator.commit_hooks import COMMITTING, CommitHooks
 from icefloe.coordinator.event_checks import check_metrics, check_path
@@ -68,10 +62,8 @@ from icefloe.coordinator.upsert import (
     is_upsert,
     key_ids_of,
 )
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.deletion_vector_cache import DEFAULT_MAX_BYTES as DEFAULT_DV_CACHE_BYTES
-from icefloe.deletion_vector_cache import DeletionVectorCache
-from icefloe.entry_query import EntryQuery
+from icefloe.deletes.deletion_vector_cache import DEFAULT_MAX_BYTES as DEFAULT_DV_CACHE_BYTES
+from icefloe.deletes.deletion_vector_cache import DeletionVectorCache
 from icefloe.errors import (
     CommitFailedError,
     CommitStateUnknownError,
@@ -81,17 +73,25 @@ from icefloe.errors import (
     ValidationConflictError,
     ValidationError,
 )
-from icefloe.evaluators import MetricsEvaluator, compile_row_filter
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
+from icefloe.expressions.binding import bind
+from icefloe.expressions.evaluators import MetricsEvaluator, compile_row_filter
+from icefloe.expressions.projection import inclusive_projection
 from icefloe.key_index import KeyIndex
-from icefloe.manifest import ManifestEntryStatus
-from icefloe.manifest_list import ManifestContent
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata import TableMetadata
-from icefloe.projection import inclusive_projection
+from icefloe.manifests.entry_query import EntryQuery
+from icefloe.manifests.manifest import ManifestEntryStatus
+from icefloe.manifests.manifest_list import ManifestContent
+from icefloe.manifests.reader import ManifestReader
 from icefloe.retry import Backoff, Retry, RetryEvent, RetryState
-from icefloe.snapshot import Operation, Snapshot
-from icefloe.snapshot_producer import SnapshotProducer
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.snapshot import Operation, Snapshot
+from icefloe.table.catalog import Catalog, Table, TableIdentifier
+from icefloe.table.commit import CommitStats, RetryPolicy
+from icefloe.table.commit_index import DEDUP_WINDOW_MS_DEFAULT, CommitIndex, ledger_properties
+from icefloe.table.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
+from icefloe.table.commit_index import summary_commit_ids as summary_commit_ids
+from icefloe.table.snapshot_producer import SnapshotProducer
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ class TableCommitter:
 
     def committed_snapshot(self, commit_id: str) -> int | None:
         """The snapshot of the loaded table (any branch, any writer) that applied
-        ``commit_id``, or None: the dedup index (:mod:`icefloe.commit_index`)."""
+        ``commit_id``, or None: the dedup index (:mod:`icefloe.table.commit_index`)."""
         if self.table is not None:
             self.index.update(self.table.metadata)
         return self.index.get(commit_id)
@@ -609,7 +609,7 @@ class TableCommitter:
         outcome = CommitOutcome(self.table)
         remaining = list(units)
         # Two kinds of retry, one utility: lost swaps are retried inside producer.commit
-        # under the table's commit.retry.* policy (icefloe.commit); what still fails here
+        # under the table's commit.retry.* policy (icefloe.table.commit); what still fails here
         # (storage, catalog, a conflict storm) is retried below, forever, on a fresh base.
         transient = self._transient_retry().start()
         while remaining:
@@ -1030,7 +1030,7 @@ class _UnitsProducer(SnapshotProducer):
 
     def table_properties(self, base: TableMetadata, snapshot: Snapshot) -> Mapping[str, str]:
         # The dedup ledger: this snapshot's commit ids, carried forward with the table so
-        # that they outlive the snapshot (icefloe.dedup_ledger).
+        # that they outlive the snapshot (icefloe.table.dedup_ledger).
         ids = [u.commit_id for u in self.units]
         return ledger_properties(
             base, self.committer.index, snapshot, ids, self.committer.dedup_window_ms

@@ -11,8 +11,8 @@ The coordinator is the one committer of the table's upserts, so it can compact w
 race: the table's worker runs :meth:`TableCompactor.maybe_compact` right after each of its
 commits, in the same task, so no upsert of this coordinator is ever resolved or committed
 while a rewrite is in flight (an upsert never loses to a compaction, and the compaction
-never loses to an upsert). The rewrite itself is engine-free (:mod:`icefloe.rewrite`): the
-plan of :mod:`icefloe.compaction`, a group at a time, CPU work in worker threads, committed
+never loses to an upsert). The rewrite itself is engine-free (:mod:`icefloe.table.rewrite`): the
+plan of :mod:`icefloe.table.compaction`, a group at a time, CPU work in worker threads, committed
 as one ``replace`` snapshot validated from the planned snapshot, so a delete another engine
 (Java's MERGE or DELETE, PyIceberg) committed on a replaced file meanwhile aborts the
 rewrite, never the other writer; the next visit plans again.
@@ -45,7 +45,7 @@ rewrite needs no engine, and it is the only compaction that cannot conflict with
 table's upserts. The new-files trigger is for keyed tables only, because every upsert adds
 a small file there; append-only tables keep their small files for the scheduled Spark job
 (``icefloe.spark.compact``) unless their deletes pile up. What is rewritten is the plan's
-(:mod:`icefloe.compaction`: small files, files with deletes, oversized files, bin-packed to
+(:mod:`icefloe.table.compaction`: small files, files with deletes, oversized files, bin-packed to
 ``write.target-file-size-bytes``). A run is bounded by ``max-bytes-per-run`` so the table's
 upserts wait at most that long; a backlog is worked off one run per commit. After a run that
 finds nothing it can rewrite (say, only equality deletes, which need the Spark job) or fails,
@@ -61,14 +61,14 @@ import logging
 import time
 from dataclasses import dataclass
 
-from icefloe.compaction import plan_compaction
 from icefloe.coordinator.committer import TableCommitter
 from icefloe.errors import ValidationConflictError, ValidationError
 from icefloe.key_index import key_schema
-from icefloe.maintenance_policy import MaintenancePolicy
-from icefloe.metadata import TableMetadata
-from icefloe.rewrite import SUMMARY_REWRITE, RewriteResult, rewrite_and_commit, select_groups
-from icefloe.snapshot import MAIN_BRANCH, Operation, Summary
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.snapshot import MAIN_BRANCH, Operation, Summary
+from icefloe.table.compaction import plan_compaction
+from icefloe.table.maintenance_policy import MaintenancePolicy
+from icefloe.table.rewrite import SUMMARY_REWRITE, RewriteResult, rewrite_and_commit, select_groups
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from typing import Any
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from icefloe.commit_index import DEDUP_WINDOW_MS_DEFAULT
 from icefloe.retry import Backoff
 from icefloe.runtime import kafka as kafka_settings
 from icefloe.runtime import logs
 from icefloe.runtime import settings as settings_flags
 from icefloe.runtime.kafka import KafkaSettings
+from icefloe.table.commit_index import DEDUP_WINDOW_MS_DEFAULT
 
 ENV_PREFIX = "ICEFLOE_"
 
@@ -62,7 +62,7 @@ class CoordinatorConfig(BaseSettings, KafkaSettings):
     )
 
     # -- tables -----------------------------------------------------------------------------
-    catalog: str = Field(..., min_length=1, description="catalog URI, see icefloe.catalog_uri")
+    catalog: str = Field(..., min_length=1, description="catalog URI, see icefloe.catalog.uri")
     batch_max_files: int = Field(1000, ge=1)
     batch_max_bytes: int = Field(1 << 30, ge=1)
     batch_max_wait_ms: int = Field(10_000, ge=0)

@@ -22,7 +22,6 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 
-from icefloe.catalog import Catalog
 from icefloe.coordinator.batcher import BatchLimits, SourceEvent
 from icefloe.coordinator.commit_hooks import CommitHooks
 from icefloe.coordinator.config import CoordinatorConfig
@@ -33,9 +32,10 @@ from icefloe.coordinator.table_worker import TableWorker
 from icefloe.coordinator.upsert import KeyIndexOpener
 from icefloe.errors import EventRejectedError, UnsupportedFormatVersion, ValidationError
 from icefloe.events import CommitRequested, FilesWritten, TableCommitted, parse_event
-from icefloe.manifest_reader import ManifestReader
+from icefloe.manifests.reader import ManifestReader
 from icefloe.runtime import kafka
 from icefloe.runtime.topic_ids import topic_ids
+from icefloe.table.catalog import Catalog
 
 log = logging.getLogger("icefloe.coordinator")
 

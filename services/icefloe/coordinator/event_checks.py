@@ -9,16 +9,16 @@ only the table's metadata.
 
 from __future__ import annotations
 
-from icefloe.catalog import data_dir
-from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
-from icefloe.commit_index import summary_commit_ids as summary_commit_ids
-from icefloe.datafile import DataFile
 from icefloe.errors import EventRejectedError, ValidationError
-from icefloe.locations import within_any
-from icefloe.metadata import TableMetadata
-from icefloe.schema import Schema
-from icefloe.types import DoubleType, FloatType, PrimitiveType
-from icefloe.values import from_bytes
+from icefloe.io.locations import within_any
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import DoubleType, FloatType, PrimitiveType
+from icefloe.spec.values import from_bytes
+from icefloe.table.catalog import data_dir
+from icefloe.table.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
+from icefloe.table.commit_index import summary_commit_ids as summary_commit_ids
 
 
 def check_path(metadata: TableMetadata, path: str, table: str) -> None:

@@ -47,10 +47,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Mapping
 
-from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
-from icefloe.commit_index import summary_commit_ids as summary_commit_ids
-from icefloe.metadata import TableMetadata
-from icefloe.snapshot import Snapshot
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.snapshot import Snapshot
+from icefloe.table.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
+from icefloe.table.commit_index import summary_commit_ids as summary_commit_ids
 
 SUMMARY_OFFSETS = "icefloe.offsets"
 SUMMARY_POSITIONS = "icefloe.positions"
@@ -161,7 +161,7 @@ class History:
         This proves only that *those events* were not committed, not that a commit id was
         not (a retry's events sit above every recorded position), so it no longer decides
         anything: whether a commit id is applied is the dedup index's question
-        (:class:`~icefloe.commit_index.CommitIndex`). It stays as the benchmark's peer."""
+        (:class:`~icefloe.table.commit_index.CommitIndex`). It stays as the benchmark's peer."""
         found: dict[str, int] = {}
         for snapshot in self.ancestry(branch):
             positions = summary_positions(snapshot)

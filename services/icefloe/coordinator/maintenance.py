@@ -17,7 +17,7 @@ Tables are visited one at a time; each is due every ``interval_s``, the first vi
 one interval (at random) after the replica first sees the table, so that a start-up or a
 rebalance does not set every table off at once.
 
-A visit (:func:`icefloe.maintenance_policy.run_maintenance`) computes the table's health,
+A visit (:func:`icefloe.table.maintenance_policy.run_maintenance`) computes the table's health,
 decides what its policy asks for (expire snapshots by age and count, remove orphan files
 older than the safety window, rewrite manifests past a count or small-manifest ratio), and
 does it, each action as its own commit through the catalog's conditional swap with retries.
@@ -27,7 +27,7 @@ validation is unchanged. Expiry never goes inside ``min_retain_ms``
 (``ICEFLOE_MAINTENANCE_MIN_RETAIN_MS``, a floor for every table), nor removes a snapshot
 recording commit ids inside the table's own dedup window (``icefloe.dedup.window-ms``,
 which the coordinator's commits write from ``ICEFLOE_DEDUP_WINDOW_MS`` on tables that set
-none); :func:`icefloe.maintenance_policy.expiry_retention` says which holds what. When
+none); :func:`icefloe.table.maintenance_policy.expiry_retention` says which holds what. When
 orphan removal last ran is recorded in the table, so a restart or a new owner does not
 list the location again before the interval is up.
 
@@ -67,13 +67,13 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import DefaultPartitioner
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from icefloe.catalog import Catalog, Namespace
 from icefloe.coordinator.compactor import compacts_itself
 from icefloe.errors import NotFoundError
 from icefloe.events import event_key
-from icefloe.maintenance_policy import Action, MaintenanceReport, run_maintenance
-from icefloe.manifest_reader import ManifestReader
-from icefloe.table_health import TableHealth
+from icefloe.manifests.reader import ManifestReader
+from icefloe.table.catalog import Catalog, Namespace
+from icefloe.table.health import TableHealth
+from icefloe.table.maintenance_policy import Action, MaintenanceReport, run_maintenance
 
 log = logging.getLogger("icefloe.maintenance")
 
@@ -289,7 +289,7 @@ class MaintenanceRunner:
         self._listing = asyncio.Lock()
         self.next_due: dict[str, float] = {}
         # attempts made here (a failed run is retried after the interval too); a successful
-        # run is recorded in the table itself (icefloe.maintenance_policy.record_orphans_run)
+        # run is recorded in the table itself (icefloe.table.maintenance_policy.record_orphans_run)
         self.last_orphan_run_ms: dict[str, int] = {}
         self.reports: dict[str, MaintenanceReport] = {}
         self._task: asyncio.Task[None] | None = None

@@ -15,7 +15,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from icefloe.decoded_writer import DecodedManifestWriter
+from icefloe.manifests.decoded_writer import DecodedManifestWriter
 
 
 class CoordinatorMetrics:

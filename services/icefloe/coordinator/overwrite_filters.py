@@ -11,16 +11,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from icefloe.binding import bind
-from icefloe.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
-from icefloe.commit_index import summary_commit_ids as summary_commit_ids
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import ValidationConflictError, ValidationError
-from icefloe.evaluators import MetricsEvaluator, StrictMetricsEvaluator, compile_row_filter
 from icefloe.expressions import BooleanExpression
-from icefloe.metadata import TableMetadata
-from icefloe.projection import inclusive_projection, strict_projection
-from icefloe.snapshot_producer import FileFilter
+from icefloe.expressions.binding import bind
+from icefloe.expressions.evaluators import (
+    MetricsEvaluator,
+    StrictMetricsEvaluator,
+    compile_row_filter,
+)
+from icefloe.expressions.projection import inclusive_projection, strict_projection
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata import TableMetadata
+from icefloe.table.commit_index import SUMMARY_COMMIT_IDS as SUMMARY_COMMIT_IDS
+from icefloe.table.commit_index import summary_commit_ids as summary_commit_ids
+from icefloe.table.snapshot_producer import FileFilter
 
 
 def overwrite_filter(metadata: TableMetadata, expr: BooleanExpression) -> FileFilter:

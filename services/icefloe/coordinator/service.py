@@ -33,7 +33,7 @@ table itself:
    running maximum). See :mod:`icefloe.coordinator.history`.
 3. *Check on every base, by commit id.* Before each attempt, and on the reloaded table
    after each conflict, the committer drops units whose commit ids the table already holds
-   (the dedup index over every snapshot it lists, :mod:`icefloe.commit_index`, kept
+   (the dedup index over every snapshot it lists, :mod:`icefloe.table.commit_index`, kept
    incrementally) and refuses files already live. The catalog's conditional swap
    serializes committers, so a restarted process, a new owner after a rebalance, or a
    zombie replica still consuming the same partition can never apply a commit id twice or
@@ -97,8 +97,7 @@ from typing import Any
 from aiokafka.admin import NewTopic
 from aiokafka.errors import KafkaError
 
-from icefloe.catalog import Catalog
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.batcher import (
     BatchLimits,
 )
@@ -114,12 +113,13 @@ from icefloe.coordinator.metrics import CoordinatorMetrics, PlannerCacheCollecto
 from icefloe.coordinator.outbox import Outbox
 from icefloe.coordinator.upsert import KeyIndexOpener
 from icefloe.key_index import KeyIndex
-from icefloe.manifest_reader import ManifestReader
-from icefloe.manifest_store import ManifestStore
+from icefloe.manifests.reader import ManifestReader
+from icefloe.manifests.store import ManifestStore
 from icefloe.runtime import kafka
 from icefloe.runtime.command import ArgumentParser, run_command
 from icefloe.runtime.http import ServiceHttp
 from icefloe.runtime.logs import configure_logging
+from icefloe.table.catalog import Catalog
 
 log = logging.getLogger("icefloe.coordinator")
 

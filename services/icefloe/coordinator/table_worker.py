@@ -25,8 +25,6 @@ from typing import Any, Protocol
 
 from aiokafka import TopicPartition
 
-from icefloe.catalog import Catalog, Table
-from icefloe.commit_index import dedup_window_ms
 from icefloe.coordinator.batcher import (
     Admission,
     Batch,
@@ -44,12 +42,14 @@ from icefloe.coordinator.config import BACKOFF, CoordinatorConfig
 from icefloe.coordinator.metrics import CoordinatorMetrics
 from icefloe.coordinator.offsets import ConsumedRecord, PartitionState
 from icefloe.coordinator.upsert import KeyIndexOpener
-from icefloe.datafile import DataFile
 from icefloe.errors import EventRejectedError, NotFoundError, ValidationError
 from icefloe.events import CommitRequested, FilesWritten, TableCommitted, now_ms
-from icefloe.manifest_reader import ManifestReader
+from icefloe.manifests.reader import ManifestReader
 from icefloe.retry import Retry, RetryEvent
-from icefloe.snapshot import Snapshot, Summary
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.snapshot import Snapshot, Summary
+from icefloe.table.catalog import Catalog, Table
+from icefloe.table.commit_index import dedup_window_ms
 
 log = logging.getLogger("icefloe.coordinator")
 

@@ -10,7 +10,7 @@ the base that attempt builds on, the committer
 2. for each upsert unit of the batch *in Kafka order*: reads the keys of its key files and
    of its data files, looks them up (``lookup``: rows live in the base *and* rows that
    earlier units of this snapshot add), deletes those positions
-   (:meth:`~icefloe.snapshot_producer.SnapshotProducer.delete_positions`: one merged
+   (:meth:`~icefloe.table.snapshot_producer.SnapshotProducer.delete_positions`: one merged
    deletion vector per data file on v3, position delete files on v2), then stages the
    unit's data files so the units after it see them.
 
@@ -39,7 +39,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from icefloe.coordinator.batcher import Unit
-from icefloe.datafile import DataFile, DataFileContent, FileFormat
 from icefloe.errors import (
     EventRejectedError,
     IcefloeError,
@@ -49,13 +48,14 @@ from icefloe.errors import (
     ValidationError,
 )
 from icefloe.events import CommitOperation
-from icefloe.fileio import FileIO
+from icefloe.io.fileio import FileIO
 from icefloe.key_index import KeyIndex, key_schema
-from icefloe.metadata import TableMetadata
-from icefloe.parquet import read_data_file
-from icefloe.schema import Schema
-from icefloe.snapshot import Operation
-from icefloe.snapshot_producer import SnapshotProducer
+from icefloe.parquet.files import read_data_file
+from icefloe.spec.datafile import DataFile, DataFileContent, FileFormat
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import Operation
+from icefloe.table.snapshot_producer import SnapshotProducer
 
 KeyIndexOpener = Callable[[FileIO, str, Schema, Sequence[int]], Awaitable[KeyIndex]]
 """How a committer opens a table's key index: ``KeyIndex.open`` with the service's settings

@@ -36,9 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from icefloe.catalog import Table, TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.deletion_vector import DeletionVector, build_deletion_vector_file
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.deletes.deletion_vector import DeletionVector, build_deletion_vector_file
 from icefloe.dev.bench import BenchContext, Figure, Kind, Timing, benchmark
 from icefloe.dev.bench_planner import (
     BenchmarkCheckError,
@@ -46,14 +45,15 @@ from icefloe.dev.bench_planner import (
     events_table,
     write_data_manifests,
 )
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest import ManifestWriter
-from icefloe.manifest_list import ManifestContent, write_manifest_list
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.snapshot import Operation, Snapshot, SnapshotRef, Summary
-from icefloe.snapshot_producer import SnapshotProducer
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.manifest import ManifestWriter
+from icefloe.manifests.manifest_list import ManifestContent, write_manifest_list
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.snapshot import Operation, Snapshot, SnapshotRef, Summary
+from icefloe.table.catalog import Table, TableIdentifier
+from icefloe.table.snapshot_producer import SnapshotProducer
 
 SNAPSHOT_ID = 7_654_321
 DV_EVERY = 500  # files 250, 750, ... have a DV already

@@ -11,7 +11,7 @@ the same appends in the same run. Implementations are timed in interleaved round
 What one run is, for N committers and ``appends`` appends (split as evenly as possible):
 
 * **icefloe** (one figure per catalog): N asyncio tasks in this process, sharing one catalog
-  client and one :class:`~icefloe.manifest_reader.ManifestReader`, as a coordinator does.
+  client and one :class:`~icefloe.manifests.reader.ManifestReader`, as a coordinator does.
   Each loads the table, then commits its appends one at a time, each one ``DataFile`` built
   in memory, with ``fast_append(table, [file]).commit(policy)``. A conflict reloads the table
   and rebuilds on it (the new file's manifest is written once and reused).
@@ -54,21 +54,27 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlencode
 
-from icefloe.catalog import Catalog, TableIdentifier, data_dir
-from icefloe.catalog_uri import load_catalog
-from icefloe.commit import MAX_WAIT_MS, MIN_WAIT_MS, NUM_RETRIES, TOTAL_TIMEOUT_MS, RetryPolicy
-from icefloe.datafile import DataFile, FileFormat
+from icefloe.catalog.uri import load_catalog
 from icefloe.dev.bench import BenchContext, Figure, Timing, Warmup, benchmark
 from icefloe.dev.bench_manifest import BenchmarkCheckError
 from icefloe.dev.local_stack import ACCESS_KEY_ID, REGION, SECRET_ACCESS_KEY, LocalStack
 from icefloe.errors import ValidationError
-from icefloe.manifest_reader import ManifestReader
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append
-from icefloe.transforms import IdentityTransform
-from icefloe.types import LongType, NestedField, StringType
-from icefloe.values import to_bytes
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile, FileFormat
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import IdentityTransform
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.spec.values import to_bytes
+from icefloe.table.catalog import Catalog, TableIdentifier, data_dir
+from icefloe.table.commit import (
+    MAX_WAIT_MS,
+    MIN_WAIT_MS,
+    NUM_RETRIES,
+    TOTAL_TIMEOUT_MS,
+    RetryPolicy,
+)
+from icefloe.table.snapshot_producer import fast_append
 
 COMMITTER_COUNTS: Final = (1, 4, 16)
 CATALOGS: Final = ("fs-local", "fs-s3", "redis", "dynamodb")

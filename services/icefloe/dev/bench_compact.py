@@ -16,7 +16,7 @@ position delete file on a tenth of the data files. Then:
 
 Figures: rows/s, kB/s and files/s of input. Then the compaction is committed (directly
 through the catalog: no coordinator runs in a benchmark) and a full scan is planned on the
-table before and after (:func:`icefloe.scan.plan_scan`, cold manifest cache): the planning
+table before and after (:func:`icefloe.scan.planning.plan_scan`, cold manifest cache): the planning
 latency, with the number of files each plan selects in the notes.
 """
 
@@ -33,20 +33,20 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 
 import icefloe.spark as ispark
-from icefloe.arrow_schema import FIELD_ID_KEY
-from icefloe.catalog import Table
-from icefloe.catalog_uri import load_catalog
-from icefloe.datafile import DataFile, DataFileContent
+from icefloe.arrow.schema import FIELD_ID_KEY
+from icefloe.catalog.uri import load_catalog
 from icefloe.dev.bench import BenchContext, Figure, Kind, Timing, benchmark
 from icefloe.dev.bench_spark import spark_session
 from icefloe.dev.spark_demo_job import TRIPS_SCHEMA, run_sync, taxi_trips
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
-from icefloe.partition import PartitionSpec
-from icefloe.scan import plan_scan
-from icefloe.snapshot_producer import fast_append, rewrite_files, row_delta
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import ManifestCache
+from icefloe.scan.planning import plan_scan
 from icefloe.spark.compaction import StagedCompaction, stage_compaction
 from icefloe.spark.config import SparkConfig
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionSpec
+from icefloe.table.catalog import Table
+from icefloe.table.snapshot_producer import fast_append, rewrite_files, row_delta
 
 IDENTIFIER = "bench.compact"
 OPTIONS = {"min_input_files": 2, "target_file_size_bytes": 64 << 20}

@@ -78,12 +78,10 @@ from urllib.parse import urlencode
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from icefloe.catalog import Catalog, Table, TableIdentifier, data_dir
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.committer import summary_commit_ids
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.coordinator.service import Coordinator
-from icefloe.datafile import DataFile
 from icefloe.dev.bench import BenchContext, Figure, Kind, Timing, benchmark
 from icefloe.dev.bench_commits import (
     CATEGORIES,
@@ -107,10 +105,12 @@ from icefloe.events import (
     now_ms,
     parse_event,
 )
-from icefloe.manifest_reader import ManifestReader
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.table.catalog import Catalog, Table, TableIdentifier, data_dir
+from icefloe.table.snapshot_producer import fast_append
 
 NAMESPACE: Final = "bench"
 WRITER_ID: Final = "icefloe-bench"

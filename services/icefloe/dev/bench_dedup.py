@@ -1,7 +1,7 @@
 """What exactly-once by commit id costs: the dedup index on a table of 10,000 snapshots.
 
 The coordinator decides whether a commit id is already applied from the dedup index
-(:mod:`icefloe.commit_index`) over every snapshot the table lists. The index is built once
+(:mod:`icefloe.table.commit_index`) over every snapshot the table lists. The index is built once
 when a table is loaded and then kept incrementally, so each commit only reads the snapshots
 that are new since the last look (one, when the coordinator is the only writer).
 
@@ -17,7 +17,7 @@ Figures, on metadata of ``snapshots`` snapshots (10,000) each recording ``ids`` 
 * **index build on load**: building the index from scratch (the dedup ledger included),
   beside parsing the same metadata JSON, which every load of the table does anyway.
 * **ledger carried forward per commit**: the new ``icefloe.dedup.ledger`` value a commit
-  writes (:mod:`icefloe.dedup_ledger`: the window's commit ids, so that they outlive the
+  writes (:mod:`icefloe.table.dedup_ledger`: the window's commit ids, so that they outlive the
   expiry of their snapshots by any engine), beside writing the metadata JSON with and
   without the ledger, which every commit does anyway.
 
@@ -33,17 +33,17 @@ import json
 import tracemalloc
 from typing import Any
 
-from icefloe.commit_index import (
+from icefloe.coordinator.history import SUMMARY_OFFSETS, SUMMARY_POSITIONS, History
+from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
+from icefloe.spec.metadata import TableMetadata, parse_table_metadata
+from icefloe.spec.snapshot import Operation, Snapshot, Summary
+from icefloe.table.commit_index import (
     SUMMARY_COMMIT_IDS,
     CommitIndex,
     ledger_properties,
     summary_commit_ids,
 )
-from icefloe.coordinator.history import SUMMARY_OFFSETS, SUMMARY_POSITIONS, History
-from icefloe.dedup_ledger import LEDGER_PROPERTY, extend_ledger, ledger_entry
-from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
-from icefloe.metadata import TableMetadata, parse_table_metadata
-from icefloe.snapshot import Operation, Snapshot, Summary
+from icefloe.table.dedup_ledger import LEDGER_PROPERTY, extend_ledger, ledger_entry
 
 SOURCE = "icefloe.events/0"
 

@@ -43,7 +43,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from icefloe.catalog import Table
 from icefloe.coordinator.committer import TableCommitter
 from icefloe.dev.bench import BenchContext, Figure, benchmark
 from icefloe.dev.bench_upsert import (
@@ -56,6 +55,7 @@ from icefloe.dev.bench_upsert import (
     fold,
     pyiceberg_read,
 )
+from icefloe.table.catalog import Table
 
 REPO = Path(__file__).resolve().parents[3]
 JAVA_MERGE = "Java Iceberg 1.10.2 MERGE INTO (Spark 3.5, merge-on-read)"

@@ -35,14 +35,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from icefloe.datafile import DataFile
 from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
-from icefloe.fileio import LocalFileIO
+from icefloe.io.fileio import LocalFileIO
 from icefloe.key_index import KeyIndex, key_tuples
 from icefloe.key_index.checkpoint import CHECKPOINT_DIR
-from icefloe.parquet import write_data_file
-from icefloe.schema import Schema
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.parquet.files import write_data_file
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField, StringType
 
 KINDS = ("long", "string")
 

@@ -5,8 +5,8 @@ them, so entries per second bound both. Three implementations do the same work o
 records, in one process, timed in interleaved rounds so that a burst of load on the machine
 hits all of them alike:
 
-* **icefloe**: :class:`~icefloe.manifest.ManifestWriter` fed :class:`~icefloe.datafile.DataFile`
-  objects, and :func:`~icefloe.manifest.read_manifest` producing entries with inherited
+* **icefloe**: :class:`~icefloe.manifests.manifest.ManifestWriter` fed :class:`~icefloe.spec.datafile.DataFile`
+  objects, and :func:`~icefloe.manifests.manifest.read_manifest` producing entries with inherited
   snapshot ids and sequence numbers.
 * **pyiceberg**: ``pyiceberg.manifest.write_manifest`` fed PyIceberg ``ManifestEntry`` objects
   holding the same values, and ``ManifestFile.fetch_manifest_entry``. PyIceberg decodes with
@@ -44,11 +44,10 @@ from typing import Any, Final
 
 import fastavro
 
-from icefloe.avro import parsed_avro_schema
-from icefloe.datafile import DataFile, FileFormat
+from icefloe.avro.codec import parsed_avro_schema
 from icefloe.dev.bench import BenchContext, Figure, Timing, benchmark
 from icefloe.errors import IcefloeError
-from icefloe.manifest import (
+from icefloe.manifests.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
     ManifestFile,
@@ -56,9 +55,10 @@ from icefloe.manifest import (
     manifest_entry_struct,
     read_manifest,
 )
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
-from icefloe.schema import Schema
-from icefloe.types import (
+from icefloe.spec.datafile import DataFile, FileFormat
+from icefloe.spec.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     BinaryType,
     DateType,
     DecimalType,
@@ -71,7 +71,7 @@ from icefloe.types import (
     StringType,
     TimestamptzType,
 )
-from icefloe.values import to_bytes
+from icefloe.spec.values import to_bytes
 
 FORMAT_VERSION: Final = 2
 SNAPSHOT_ID = 4_815_162_342

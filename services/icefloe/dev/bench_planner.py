@@ -17,7 +17,7 @@ requests) and **restarted** (a new in-memory cache over the persisted on-disk st
 decoded manifests, memory-mapped: a restarted or new replica); PyIceberg has no cache
 between scans, so its one figure stands beside all three. Each icefloe figure is the plan
 *and every page of its REST response* (``file-scan-tasks`` with the data file JSON, residuals
-and delete files, in the planner's pages, written by :mod:`icefloe.scan_json`): everything a
+and delete files, in the planner's pages, written by :mod:`icefloe.scan.tasks_json`): everything a
 client needs, where PyIceberg's figure stops at its ``FileScanTask`` objects. The file paths
 are read back from that JSON after the clock stops and must equal PyIceberg's. **manifest decode** is entries/s of one manifest into the cache's columns
 beside PyIceberg's manifest reader. Sizes set equal run once (``--set files-small=100000
@@ -46,7 +46,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from icefloe.datafile import DataFile
 from icefloe.dev.bench import (
     BenchContext,
     Figure,
@@ -57,24 +56,25 @@ from icefloe.dev.bench import (
     measure_interleaved,
 )
 from icefloe.errors import IcefloeError
-from icefloe.expression_json import parse_expression
 from icefloe.expressions import BooleanExpression
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest import ManifestWriter, read_manifest
-from icefloe.manifest_cache import CachedManifest, ManifestCache
-from icefloe.manifest_list import ManifestFile, ManifestListWriter
-from icefloe.manifest_store import ManifestStore
-from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import MetadataBuilder, new_table_metadata
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.expressions.json_form import parse_expression
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import CachedManifest, ManifestCache
+from icefloe.manifests.manifest import ManifestWriter, read_manifest
+from icefloe.manifests.manifest_list import ManifestFile, ManifestListWriter
+from icefloe.manifests.store import ManifestStore
 from icefloe.planner.config import PlannerConfig
-from icefloe.scan import plan_scan
-from icefloe.scan_json import scan_tasks_bytes
-from icefloe.schema import Schema
-from icefloe.snapshot import Operation, Snapshot, SnapshotRef, Summary
-from icefloe.sort_order import SortOrder
-from icefloe.transforms import BucketTransform
-from icefloe.types import DoubleType, LongType, NestedField, StringType, TimestampType
+from icefloe.scan.planning import plan_scan
+from icefloe.scan.tasks_json import scan_tasks_bytes
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.metadata_builder import MetadataBuilder, new_table_metadata
+from icefloe.spec.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import Operation, Snapshot, SnapshotRef, Summary
+from icefloe.spec.sort_order import SortOrder
+from icefloe.spec.transforms import BucketTransform
+from icefloe.spec.types import DoubleType, LongType, NestedField, StringType, TimestampType
 
 DAY_US = 86_400_000_000
 HOUR_US = 3_600_000_000

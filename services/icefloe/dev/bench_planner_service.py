@@ -41,12 +41,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.dev.bench import BenchContext, Figure, Kind, Timing, benchmark
 from icefloe.dev.bench_planner import PyIceberg, generate, pyiceberg_filter, scans
 from icefloe.dev.local_stack import free_port
 from icefloe.errors import IcefloeError
-from icefloe.fileio import LocalFileIO
+from icefloe.io.fileio import LocalFileIO
 
 CLIENT_LEVELS = (1, 10, 50, 150)
 TABLE = "/v1/namespaces/db/tables/events"

@@ -32,8 +32,8 @@ import icefloe.spark as ispark
 from icefloe.dev.bench import BenchContext, Figure, benchmark
 from icefloe.dev.spark_demo_job import TRIPS_SCHEMA, run_sync, taxi_trips, trips_spec
 from icefloe.events import encode_event
-from icefloe.partition import PartitionSpec
 from icefloe.spark.config import SparkConfig
+from icefloe.spec.partition import PartitionSpec
 
 MASTER_ENV = "ICEFLOE_BENCH_SPARK_MASTER"
 TASKS = 2
@@ -59,7 +59,7 @@ def spark_session() -> tuple[SparkSession, bool]:
 
 
 def _create_table(catalog_uri: str, identifier: str, spec: PartitionSpec) -> None:
-    from icefloe.catalog_uri import load_catalog
+    from icefloe.catalog.uri import load_catalog
 
     async def create() -> None:
         catalog = load_catalog(catalog_uri)

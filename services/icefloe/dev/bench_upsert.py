@@ -12,7 +12,7 @@ catalog:
   deletes (v2) at commit, and the key file is never committed.
 * **equality deletes**, what the Flink and Kafka Connect sinks do: per batch the same data
   file plus an equality-delete file holding the same keys, committed as a row delta
-  (:func:`~icefloe.snapshot_producer.row_delta`). The data file and its delete file share a
+  (:func:`~icefloe.table.snapshot_producer.row_delta`). The data file and its delete file share a
   sequence number, so the delete hits only older rows.
 
 Both figures exclude writing the Parquet files (written before each timed run, identical
@@ -44,31 +44,31 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icefloe.catalog import Table
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.batcher import PendingFiles, Unit
 from icefloe.coordinator.committer import TableCommitter
 from icefloe.coordinator.compactor import TableCompactor
 from icefloe.coordinator.history import source_key
 from icefloe.coordinator.upsert import KeyIndexOpener
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.dev.bench import BenchContext, Figure, Kind, benchmark
 from icefloe.dev.bench_commit_path import generate
 from icefloe.dev.bench_planner import DAY_US, FIRST_DAY, IDS_PER_FILE
 from icefloe.dev.bench_planner import data_file as planner_data_file
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
-from icefloe.fileio import FileIO, LocalFileIO
+from icefloe.io.fileio import FileIO, LocalFileIO
 from icefloe.key_index import KeyIndex, key_schema
 from icefloe.key_index.runs import Run
-from icefloe.keyed_table import with_identifier_fields
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.parquet import write_data_file
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append, row_delta
-from icefloe.transforms import BucketTransform
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.parquet.files import write_data_file
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import BucketTransform
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import Table
+from icefloe.table.keyed import with_identifier_fields
+from icefloe.table.snapshot_producer import fast_append, row_delta
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

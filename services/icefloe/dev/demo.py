@@ -377,7 +377,7 @@ def spark_part(
 
 
 def _iso(micros: int) -> str:
-    from icefloe.values import micros_to_datetime
+    from icefloe.spec.values import micros_to_datetime
 
     return micros_to_datetime(micros, tz=True).isoformat()
 

@@ -22,13 +22,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.fileio import LocalFileIO
-from icefloe.parquet import write_files
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append, merge_append
-from icefloe.types import (
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.io.fileio import LocalFileIO
+from icefloe.parquet.files import write_files
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     DecimalType,
     DoubleType,
     LongType,
@@ -37,7 +36,8 @@ from icefloe.types import (
     StructType,
     TimestamptzType,
 )
-from icefloe.values import micros_to_datetime
+from icefloe.spec.values import micros_to_datetime
+from icefloe.table.snapshot_producer import fast_append, merge_append
 
 SCHEMA = Schema(
     NestedField(1, "trip_id", LongType(), required=True),

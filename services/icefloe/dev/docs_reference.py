@@ -3,7 +3,7 @@
 An operator's guide that lists settings by hand drifts the day someone adds one. So the
 tables of ``docs/operations/settings.md``, ``docs/operations/helm-values.md`` and the table
 properties of ``docs/concepts/maintenance.md`` (from
-:data:`icefloe.maintenance_policy.PROPERTIES`) are written here, at build time, from what
+:data:`icefloe.table.maintenance_policy.PROPERTIES`) are written here, at build time, from what
 the code really reads: each service's pydantic settings
 model (name, environment variable, default, description), the command line the service
 derives from it (:func:`icefloe.runtime.settings.add_arguments`, so the flag column is the
@@ -29,12 +29,12 @@ from typing import Any, Literal, get_args, get_origin
 import yaml  # type: ignore[import-untyped]
 from pydantic_settings import BaseSettings
 
-from icefloe import maintenance_policy
 from icefloe.coordinator import config as coordinator_config
 from icefloe.planner import config as planner_config
 from icefloe.planner import write_config
 from icefloe.runtime import settings as settings_flags
 from icefloe.spark import config as spark_config
+from icefloe.table import maintenance_policy
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CHART = REPO_ROOT / "helm" / "icefloe"
@@ -444,7 +444,7 @@ def helm_values_table(chart: Path = CHART) -> str:
 
 
 def maintenance_properties_table() -> str:
-    """Every table property maintenance reads (:data:`icefloe.maintenance_policy.PROPERTIES`),
+    """Every table property maintenance reads (:data:`icefloe.table.maintenance_policy.PROPERTIES`),
     grouped by what it governs, with its default and meaning."""
     lines = ["| property | area | default | meaning |", "|---|---|---|---|"]
     for prop in maintenance_policy.PROPERTIES:

@@ -1155,7 +1155,7 @@ class LocalStack:
         return folder.as_uri()
 
     def catalog_uri(self) -> str:
-        """A catalog URI (:mod:`icefloe.catalog_uri`) over the stack's servers.
+        """A catalog URI (:mod:`icefloe.catalog.uri`) over the stack's servers.
 
         Table pointers live in Redis if the stack has it, else in DynamoDB (table
         ``iceberg``), else in the warehouse itself; metadata and data go to

@@ -26,13 +26,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import icefloe.spark as ispark
-from icefloe.catalog import TableIdentifier
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.errors import AlreadyExistsError, IcefloeError
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
-from icefloe.schema import Schema
 from icefloe.spark.config import SparkConfig
-from icefloe.types import (
+from icefloe.spec.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     BooleanType,
     DecimalType,
     DoubleType,
@@ -43,6 +42,7 @@ from icefloe.types import (
     StructType,
     TimestamptzType,
 )
+from icefloe.table.catalog import TableIdentifier
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 Engines plan an Iceberg scan by reading the metadata file, the manifest list and many
 manifests on every query. This service does that work once per manifest, keeps the decoded
-manifests in memory (:mod:`icefloe.manifest_cache`) and answers the REST catalog's
+manifests in memory (:mod:`icefloe.manifests.cache`) and answers the REST catalog's
 ``planTableScan`` with the files to read. The API follows the Iceberg REST OpenAPI document,
 trimmed to what is implemented (served at ``/openapi.yaml``):
 
@@ -59,8 +59,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
-from icefloe.catalog import Catalog, Namespace, TableIdentifier
-from icefloe.catalog_records import Records, catalog_records
+from icefloe.catalog.records import Records, catalog_records
 from icefloe.errors import (
     FileIOError,
     IcefloeError,
@@ -68,12 +67,10 @@ from icefloe.errors import (
     NotFoundError,
     ValidationError,
 )
-from icefloe.expression_json import parse_expression
-from icefloe.fileio import parse_location
-from icefloe.manifest_cache import ManifestCache
-from icefloe.manifest_store import ManifestStore
-from icefloe.metadata import TableMetadata
-from icefloe.model import describe_problems
+from icefloe.expressions.json_form import parse_expression
+from icefloe.io.fileio import parse_location
+from icefloe.manifests.cache import ManifestCache
+from icefloe.manifests.store import ManifestStore
 from icefloe.planner.auth import (
     TokenAuthority,
     audit,
@@ -107,8 +104,11 @@ from icefloe.runtime.byte_budget import ByteBudget
 from icefloe.runtime.http import ServiceHttp
 from icefloe.runtime.logs import configure_logging, log_access
 from icefloe.runtime.released_body import json_bytes_response
-from icefloe.scan import ScanPlan, plan_scan
-from icefloe.scan_json import page_is_written, scan_tasks_wrapped
+from icefloe.scan.planning import ScanPlan, plan_scan
+from icefloe.scan.tasks_json import page_is_written, scan_tasks_wrapped
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.model import describe_problems
+from icefloe.table.catalog import Catalog, Namespace, TableIdentifier
 
 log = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ def _table_identifier(request: web.Request) -> TableIdentifier:
 # ---------------------------------------------------------------------------------------------
 
 
-# The file-scan-tasks JSON is written by icefloe.scan_json, column by column from the plan's
+# The file-scan-tasks JSON is written by icefloe.scan.tasks_json, column by column from the plan's
 # Arrow rows.
 
 
@@ -308,7 +308,7 @@ class PlannerService:
         self.rest_settings = rest  # None: from ICEFLOE_REST_* (see icefloe.planner.write_routes)
         self.write_endpoints: list[tuple[str, str]] = []
         if catalog is None:
-            from icefloe.catalog_uri import load_catalog
+            from icefloe.catalog.uri import load_catalog
 
             catalog = load_catalog(config.catalog)
         self.catalog = catalog

@@ -31,7 +31,7 @@ class PlannerConfig(BaseSettings, KafkaSettings):
     )
 
     # -- tables -----------------------------------------------------------------------------
-    catalog: str = Field(..., min_length=1, description="catalog URI, see icefloe.catalog_uri")
+    catalog: str = Field(..., min_length=1, description="catalog URI, see icefloe.catalog.uri")
     refresh_interval_ms: int = Field(
         30_000, ge=100, description="no answer reflects a table state older than this"
     )

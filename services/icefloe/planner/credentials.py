@@ -3,7 +3,7 @@ or writing as the caller's token allows.
 
 A client that asks for ``X-Iceberg-Access-Delegation: vended-credentials`` (or calls
 ``GET …/tables/{t}/credentials``) gets S3 keys in the spec's ``StorageCredential`` form: a
-``prefix`` (each directory the table writes to, :func:`icefloe.locations.table_locations`)
+``prefix`` (each directory the table writes to, :func:`icefloe.io.locations.table_locations`)
 and a ``config`` with ``s3.access-key-id``, ``s3.secret-access-key`` and, for temporary
 keys, ``s3.session-token`` and ``s3.session-token-expires-at-ms``. Read tokens get
 read-only keys; plans always get read-only keys (a plan's files are only read).
@@ -37,14 +37,14 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from icefloe.errors import ValidationError
-from icefloe.fileio import (
+from icefloe.io.fileio import (
     S3_ACCESS_KEY_ID,
     S3_ENDPOINT,
     S3_REGION,
     S3_SECRET_ACCESS_KEY,
     S3_SESSION_TOKEN,
 )
-from icefloe.locations import Location, normal_location, table_locations
+from icefloe.io.locations import Location, normal_location, table_locations
 from icefloe.planner.errors import ApiError
 from icefloe.planner.write_config import RestCatalogSettings
 

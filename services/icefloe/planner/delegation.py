@@ -39,9 +39,7 @@ import pydantic
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
-from icefloe.fileio import S3_ENDPOINT, S3_PATH_STYLE_ACCESS, S3_REGION
-from icefloe.metadata import TableMetadata
-from icefloe.model import describe_problems
+from icefloe.io.fileio import S3_ENDPOINT, S3_PATH_STYLE_ACCESS, S3_REGION
 from icefloe.planner.auth import audit, principal_of
 from icefloe.planner.credentials import CredentialVendor, s3_roots
 from icefloe.planner.errors import ApiError
@@ -54,6 +52,8 @@ from icefloe.planner.signer import (
     signing_credentials,
 )
 from icefloe.planner.write_config import RestCatalogSettings
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.model import describe_problems
 
 DELEGATION_HEADER: Final = "X-Iceberg-Access-Delegation"
 VENDED: Final = "vended-credentials"

@@ -4,7 +4,7 @@ A client that sends a mutation with ``Idempotency-Key: <uuid>`` and retries it w
 key (after a timeout, a dropped connection, a 5xx) must not apply it twice: the retry gets
 the first answer, status and body, without running the operation again. Replicas behind a
 load balancer share the catalog, so the answers are kept with it
-(:mod:`icefloe.catalog_records`: Redis, DynamoDB or files beside the warehouse), never in
+(:mod:`icefloe.catalog.records`: Redis, DynamoDB or files beside the warehouse), never in
 one process:
 
 1. the first request with a key claims it with a *pending* record (put-if-absent), holding
@@ -37,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from icefloe.catalog_records import Records
+from icefloe.catalog.records import Records
 from icefloe.planner.auth import principal_of
 from icefloe.planner.errors import ApiError
 

@@ -8,7 +8,7 @@ and purging the table, make the server delete that table's files. The rules:
 * every table location and every location-bearing property (``write.data.path``,
   ``write.metadata.path``, ``write.object-storage.path``, …; relative values resolved under
   the location) lies under an allowed prefix (``ICEFLOE_REST_ALLOWED_LOCATIONS``, default
-  the warehouse), in the normal form of :mod:`icefloe.locations`: ``..``, ``.``, ``//`` in
+  the warehouse), in the normal form of :mod:`icefloe.io.locations`: ``..``, ``.``, ``//`` in
   keys and percent-encoded dot steps are refused, other schemes and buckets are outside,
   and on a local disk symbolic links are followed before deciding;
 * a commit may add only snapshots whose manifest list, manifests and new data and delete
@@ -30,8 +30,8 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 
 from icefloe.errors import InvalidFileError, NotFoundError, ValidationError
-from icefloe.fileio import FileIO
-from icefloe.locations import (
+from icefloe.io.fileio import FileIO
+from icefloe.io.locations import (
     LOCATION_PROPERTIES,
     Roots,
     first_outside,
@@ -40,9 +40,9 @@ from icefloe.locations import (
     table_locations,
     within_any,
 )
-from icefloe.manifest_cache import ManifestCache
-from icefloe.metadata import TableMetadata
+from icefloe.manifests.cache import ManifestCache
 from icefloe.planner.errors import ApiError
+from icefloe.spec.metadata import TableMetadata
 
 log = logging.getLogger(__name__)
 

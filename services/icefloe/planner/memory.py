@@ -1,7 +1,7 @@
 """Which allocator Arrow's buffers come from in a planner process, and how soon freed memory
 goes back to the system.
 
-Decoded manifests are counted against the cache budget (:mod:`icefloe.manifest_cache`), but
+Decoded manifests are counted against the cache budget (:mod:`icefloe.manifests.cache`), but
 the memory a process *keeps* also depends on its allocator: pyarrow's default, mimalloc,
 keeps freed pages for reuse. Measured on a 100k-file table, a planner whose cache and held
 plans accounted for the same 53 MiB kept about 190 MiB anonymous memory with mimalloc,

@@ -4,7 +4,7 @@ Plan ids and plan-task tokens are signed descriptions of the plan, so any replic
 the plan secret serves them, planning again from the token when it has not held the plan.
 Remembering a cancellation in one process (:meth:`icefloe.planner.plans.PlanStore.cancel`)
 therefore cancels it on that replica only. The cancellation is also written with the
-catalog (:mod:`icefloe.catalog_records`: Redis, DynamoDB, or a file beside the warehouse)
+catalog (:mod:`icefloe.catalog.records`: Redis, DynamoDB, or a file beside the warehouse)
 for as long as the plan could live, and every replica asks for it before it serves the
 plan: one small read per plan fetch or page of tasks.
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from icefloe.catalog_records import Records
+from icefloe.catalog.records import Records
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Plans held between a plan request and the fetches of its other pages.
 
-A plan is a :class:`~icefloe.scan.ScanPlan` (selected rows of cached manifests) with the
+A plan is a :class:`~icefloe.scan.planning.ScanPlan` (selected rows of cached manifests) with the
 page size it was issued with. Held plans are a cache, not state: every plan id is signed and
 self-describing (:mod:`icefloe.planner.tokens`), so a plan dropped here, or never made on
 this replica, is planned again from its token when a page of it is asked for.
@@ -33,10 +33,10 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from icefloe.cached_manifest import CachedManifest
-from icefloe.catalog import TableIdentifier
-from icefloe.manifest_cache import ManifestCache
-from icefloe.scan import ScanPlan
+from icefloe.manifests.cache import ManifestCache
+from icefloe.manifests.cached import CachedManifest
+from icefloe.scan.planning import ScanPlan
+from icefloe.table.catalog import TableIdentifier
 
 log = logging.getLogger(__name__)
 

@@ -35,12 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from icefloe.catalog import Catalog, TableIdentifier
 from icefloe.errors import IcefloeError, NotFoundError, ValidationError
 from icefloe.events import Event, TableCommitted
-from icefloe.metadata import TableMetadata
 from icefloe.retry import Backoff, Retry, RetryEvent
 from icefloe.runtime import kafka
+from icefloe.spec.metadata import TableMetadata
+from icefloe.table.catalog import Catalog, TableIdentifier
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ send, ``Authorization`` included (AWS Signature V4, botocore's S3 signer). Befor
 * the bucket and key come from the URI, path-style (``endpoint/bucket/key``) or
   virtual-hosted (``bucket.endpoint/key``), on the configured S3 endpoint (or AWS's) only;
   the key is percent-decoded once, as S3 does, and must lie under one of the table's
-  directories in the normal form of :mod:`icefloe.locations` (so ``..``, ``.``, ``//`` and
+  directories in the normal form of :mod:`icefloe.io.locations` (so ``..``, ``.``, ``//`` and
   their percent-encoded spellings are refused, as are other buckets);
 * listings (``GET`` on the bucket) must name a ``prefix`` strictly inside a table directory
   (``t/`` or ``t/data``, never ``t``, which would also list ``t2``), and a bulk delete
@@ -41,7 +41,7 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
 from icefloe.errors import ValidationError
-from icefloe.locations import Location, normal_location
+from icefloe.io.locations import Location, normal_location
 from icefloe.planner.errors import ApiError
 
 READ_METHODS: Final = frozenset({"GET", "HEAD"})

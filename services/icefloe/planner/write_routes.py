@@ -11,7 +11,7 @@ Routes (REST OpenAPI names), all through the planner's catalog:
   files that lie under the table's own location),
   ``renameTable`` (406 where the catalog cannot: file-system tables are found by their path);
 * ``updateTable`` and ``commitTransaction``: requirements checked and updates applied by
-  :mod:`icefloe.table_changes` through the catalog's conditional swap, re-checked after every
+  :mod:`icefloe.table.changes` through the catalog's conditional swap, re-checked after every
   lost swap, so REST commits and coordinator batches never lose each other's changes. A failed
   requirement is 409 ``CommitFailedException`` with nothing applied; 500
   ``CommitStateUnknownException`` only when the store cannot say whether the swap happened.
@@ -44,17 +44,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from icefloe.catalog import (
-    Catalog,
-    Namespace,
-    Table,
-    TableChange,
-    TableIdentifier,
-    data_dir,
-    metadata_dir,
-)
-from icefloe.catalog_records import catalog_records
-from icefloe.commit import CommitStats, RetryPolicy
+from icefloe.catalog.location_index import TableLocations
+from icefloe.catalog.records import catalog_records
 from icefloe.errors import (
     AlreadyExistsError,
     CommitFailedError,
@@ -67,14 +58,7 @@ from icefloe.errors import (
     UnsupportedOperationError,
     ValidationError,
 )
-from icefloe.location_index import TableLocations
-from icefloe.maintenance import purge_table_files
-from icefloe.maintenance_policy import check_policy_change
-from icefloe.manifest_cache import ManifestCache
-from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import new_table_metadata
-from icefloe.model import describe_problems
-from icefloe.partition import PARTITION_FIELD_ID_START, PartitionSpec
+from icefloe.manifests.cache import ManifestCache
 from icefloe.planner.auth import (
     OAUTH_PATH,
     WRITE_ROUTE_PREFIX,
@@ -91,9 +75,25 @@ from icefloe.planner.load_result import table_config, table_etag
 from icefloe.planner.location_policy import LocationPolicy
 from icefloe.planner.refresher import TableRefresher
 from icefloe.planner.write_config import RestCatalogSettings
-from icefloe.schema import Schema
-from icefloe.sort_order import SortOrder
-from icefloe.table_changes import DEFAULT_POLICY, CommitOutcome, TableCommit, commit_table_changes
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.metadata_builder import new_table_metadata
+from icefloe.spec.model import describe_problems
+from icefloe.spec.partition import PARTITION_FIELD_ID_START, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.sort_order import SortOrder
+from icefloe.table.catalog import (
+    Catalog,
+    Namespace,
+    Table,
+    TableChange,
+    TableIdentifier,
+    data_dir,
+    metadata_dir,
+)
+from icefloe.table.changes import DEFAULT_POLICY, CommitOutcome, TableCommit, commit_table_changes
+from icefloe.table.commit import CommitStats, RetryPolicy
+from icefloe.table.maintenance import purge_table_files
+from icefloe.table.maintenance_policy import check_policy_change
 
 log = logging.getLogger(__name__)
 M = TypeVar("M", bound=BaseModel)

@@ -22,8 +22,8 @@ from typing import Any, Literal, TypeVar, get_args, get_origin
 import pydantic
 from pydantic_settings import BaseSettings
 
-from icefloe import model
 from icefloe.errors import ValidationError
+from icefloe.spec import model
 
 SECRETS_DIR_ENV = "ICEFLOE_SECRETS_DIR"
 

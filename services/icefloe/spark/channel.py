@@ -21,8 +21,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from pyspark.sql import SparkSession
 
-from icefloe.catalog import Catalog
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.errors import (
     CommitStateUnknownError,
     EventRejectedError,
@@ -39,6 +38,7 @@ from icefloe.events import (
 )
 from icefloe.runtime import kafka
 from icefloe.spark.config import SPARK_CONF_PREFIX, SparkConfig
+from icefloe.table.catalog import Catalog
 
 ConfigArg = SparkConfig | Mapping[str, Any] | None
 

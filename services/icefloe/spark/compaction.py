@@ -1,6 +1,6 @@
 """Compaction on Spark: rewrite small files (and the deletes on them) through the coordinator.
 
-:func:`compact` plans on the driver (:func:`icefloe.compaction.plan_compaction`: which files
+:func:`compact` plans on the driver (:func:`icefloe.table.compaction.plan_compaction`: which files
 of which partitions, bin-packed into groups of about ``write.target-file-size-bytes``), runs
 one Spark job with one task per group, and commits the result as ``rewrite`` requests to the
 coordinator, so a compaction is serialized with the streaming appends of the same table like
@@ -14,7 +14,7 @@ metrics, rolling at the target size). Output file names carry ``<job id>-b<group
 file of a group can be found, and deleted, by listing, whatever attempt wrote it.
 
 Commits carry ``base-snapshot-id`` = the snapshot the plan read. The coordinator validates
-the rewrite against it by sequence number (see :mod:`icefloe.snapshot_producer`): a row
+the rewrite against it by sequence number (see :mod:`icefloe.table.snapshot_producer`): a row
 delta that added deletes applying to a rewritten file, or an overwrite or delete that
 removed one, since that snapshot makes the commit fail. The job then deletes the files of
 the failed commit and raises :class:`CompactionConflictError`; nothing is left behind, and
@@ -53,24 +53,10 @@ import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import types as st
 
-from icefloe.catalog import TableIdentifier, data_dir
-from icefloe.compaction import (
-    CompactionPlan,
-    CompactionPolicy,
-    FileGroup,
-    plan_compaction,
-)
-from icefloe.content_file import content_file_from_json, content_file_to_json
-from icefloe.datafile import DataFile
 from icefloe.errors import EventRejectedError, IcefloeError, ValidationError
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten, TableCommitted
-from icefloe.expression_json import parse_expression
 from icefloe.expressions import BooleanExpression
-from icefloe.metadata import TableMetadata
-from icefloe.partition import PartitionSpec
-from icefloe.row_lineage import LINEAGE_NAMES, with_lineage_fields, without_lineage_metrics
-from icefloe.schema import Schema
-from icefloe.sort_order import NullOrder, SortDirection, SortOrder
+from icefloe.expressions.json_form import parse_expression
 from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.config import SparkConfig
 from icefloe.spark.read_tasks import READ_TASK_COLUMN, ReadJob, ScanTaskReader, column_by_id
@@ -84,6 +70,20 @@ from icefloe.spark.staging import (
 from icefloe.spark.tasks import TaskInfo, TaskIO, task_hooks
 from icefloe.spark.types import FilterArg, filter_to_json, map_in_arrow
 from icefloe.spark.write_tasks import FanoutWriter, WriteJob
+from icefloe.spec.content_file import content_file_from_json, content_file_to_json
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.row_lineage import LINEAGE_NAMES, with_lineage_fields, without_lineage_metrics
+from icefloe.spec.schema import Schema
+from icefloe.spec.sort_order import NullOrder, SortDirection, SortOrder
+from icefloe.table.catalog import TableIdentifier, data_dir
+from icefloe.table.compaction import (
+    CompactionPlan,
+    CompactionPolicy,
+    FileGroup,
+    plan_compaction,
+)
 
 log = logging.getLogger("icefloe.spark.compact")
 
@@ -494,7 +494,7 @@ def compact(
 
     ``where`` (an icefloe expression or its JSON) limits it to files that may hold matching
     rows; ``sort`` orders rows by the table's sort order; ``options`` override the policy
-    (:class:`~icefloe.compaction.CompactionPolicy` field names, e.g.
+    (:class:`~icefloe.table.compaction.CompactionPolicy` field names, e.g.
     ``{"min_input_files": 2, "target_file_size_bytes": 1 << 27}``). Raises
     :class:`CompactionConflictError` when a concurrent change to the rewritten files made a
     commit fail validation (its files are deleted; run it again).

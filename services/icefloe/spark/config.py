@@ -35,7 +35,7 @@ class SparkConfig(BaseSettings, KafkaSettings):
         env_prefix="ICEFLOE_", extra="ignore", frozen=True, populate_by_name=True
     )
 
-    catalog: str | None = Field(default=None, description="catalog URI (see icefloe.catalog_uri)")
+    catalog: str | None = Field(default=None, description="catalog URI (see icefloe.catalog.uri)")
 
     # -- the coordinator's Kafka topics (the connection: icefloe.runtime.kafka) --------------
     client_id: str = kafka_settings.client_id_field("icefloe-spark")

@@ -6,7 +6,7 @@ Reading
 file, the delete files that apply to it and its residual filter, as the planner returned
 them). It reads the data file by field id as the read schema (renames, added columns with
 their ``initial-default``, dropped columns and type promotions, see
-:func:`~icefloe.arrow_schema.project_table`), removes the rows named by position delete
+:func:`~icefloe.arrow.schema.project_table`), removes the rows named by position delete
 files, then those matched by equality delete files (null matches null, as the spec says),
 then keeps the rows the residual filter accepts, and converts the result to the Arrow
 types Spark expects for the DataFrame's schema.
@@ -28,14 +28,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icefloe.arrow_schema import arrow_to_schema, field_id_of, list_layout, to_arrow_array
-from icefloe.binding import bind
-from icefloe.content_file import content_file_from_json
-from icefloe.datafile import DataFile, DataFileContent, FileFormat
-from icefloe.delete_index import is_deletion_vector
-from icefloe.deletion_vector import DeletionVector, deletion_vector_from_blob
+from icefloe.arrow.schema import arrow_to_schema, field_id_of, list_layout, to_arrow_array
+from icefloe.deletes.deletion_vector import DeletionVector, deletion_vector_from_blob
+from icefloe.deletes.index import is_deletion_vector
 from icefloe.errors import InvalidFileError, ValidationError
-from icefloe.expression_json import parse_expression
 from icefloe.expressions import (
     AlwaysFalse,
     AlwaysTrue,
@@ -49,13 +45,17 @@ from icefloe.expressions import (
     Operation,
     visit,
 )
-from icefloe.parquet import read_data_file
-from icefloe.partition import PartitionSpec
-from icefloe.row_lineage import with_lineage_fields, with_row_lineage
-from icefloe.schema import Schema
+from icefloe.expressions.binding import bind
+from icefloe.expressions.json_form import parse_expression
+from icefloe.parquet.files import read_data_file
 from icefloe.spark.tasks import OUTPUT_BATCH_ROWS, TaskIO, schema_from_json
-from icefloe.transforms import IdentityTransform
-from icefloe.types import IcebergType, NestedField, StructType
+from icefloe.spec.content_file import content_file_from_json
+from icefloe.spec.datafile import DataFile, DataFileContent, FileFormat
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.row_lineage import with_lineage_fields, with_row_lineage
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import IdentityTransform
+from icefloe.spec.types import IcebergType, NestedField, StructType
 
 READ_TASK_COLUMN = "task"
 
@@ -470,7 +470,7 @@ def read_position_deletes(source: str | bytes, location: str) -> pa.Table:
     """The ``file_path`` and ``pos`` columns of a position delete file, found by field id.
 
     Their ids are reserved (above any table column's), so they are read here directly
-    rather than through a table :class:`~icefloe.schema.Schema`.
+    rather than through a table :class:`~icefloe.spec.schema.Schema`.
     """
     import pyarrow.parquet as pq
 

@@ -22,20 +22,18 @@ import aiohttp
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as st
 
-from icefloe.binding import bind
-from icefloe.catalog import TableIdentifier
 from icefloe.errors import (
     IcefloeError,
     NotFoundError,
     ValidationError,
 )
-from icefloe.expression_json import parse_expression
 from icefloe.expressions import (
     BooleanExpressionVisitor,
     BoundPredicate,
 )
 from icefloe.expressions import visit as visit_expression
-from icefloe.metadata import TableMetadata
+from icefloe.expressions.binding import bind
+from icefloe.expressions.json_form import parse_expression
 from icefloe.retry import Backoff, Retry
 from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.config import SparkConfig
@@ -47,6 +45,8 @@ from icefloe.spark.types import (
     map_in_arrow,
     spark_schema,
 )
+from icefloe.spec.metadata import TableMetadata
+from icefloe.table.catalog import TableIdentifier
 
 _STATS_KEYS = (
     "column-sizes",

@@ -23,20 +23,20 @@ from collections.abc import Callable, Iterable
 from pyspark.sql import SparkSession
 from pyspark.sql import types as st
 
-from icefloe.catalog import Catalog, Table, TableIdentifier
-from icefloe.commit import commit_with_retry
-from icefloe.commit_index import CommitIndex
-from icefloe.datafile import DataFile
 from icefloe.errors import NotFoundError
 from icefloe.events import FilesWritten, encode_event
-from icefloe.metadata import TableMetadata
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.schema import Schema
-from icefloe.schema_update import UpdateSchema
 from icefloe.spark.channel import BACKGROUND
 from icefloe.spark.types import spark_to_iceberg_type
 from icefloe.spark.write_tasks import is_job_file
-from icefloe.types import NestedField, StructType
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.schema_update import UpdateSchema
+from icefloe.spec.types import NestedField, StructType
+from icefloe.table.catalog import Catalog, Table, TableIdentifier
+from icefloe.table.commit import commit_with_retry
+from icefloe.table.commit_index import CommitIndex
 
 log = logging.getLogger("icefloe.spark")
 
@@ -160,7 +160,7 @@ async def delete_paths(uri: str, paths: Iterable[str]) -> None:
 
 async def committed_in(uri: str, identifier: TableIdentifier, commit_id: str) -> int | None:
     """The snapshot of the table that recorded ``commit_id`` (any branch, any writer), if
-    any: the same rule the coordinator deduplicates by (:mod:`icefloe.commit_index`)."""
+    any: the same rule the coordinator deduplicates by (:mod:`icefloe.table.commit_index`)."""
     catalog = await BACKGROUND.catalog(uri)
     table = await catalog.load_table(identifier)
     index = CommitIndex()

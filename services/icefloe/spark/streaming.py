@@ -15,12 +15,12 @@ from typing import Literal
 
 from pyspark.sql import DataFrame
 
-from icefloe.catalog import TableIdentifier
 from icefloe.errors import ValidationError
 from icefloe.spark.changes import Envelope
 from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.staging import committed_in
 from icefloe.spark.writer import KEYED_MODES, OrderArg, write
+from icefloe.table.catalog import TableIdentifier
 
 log = logging.getLogger("icefloe.spark")
 

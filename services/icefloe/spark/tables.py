@@ -3,10 +3,10 @@
 The writer (:mod:`icefloe.spark.writer`) never creates a table; these calls do, through
 the same catalog the writer loads from, and :func:`set_identifier_fields` makes an existing
 table keyed. Identifier fields follow the spec's rules (required, primitive, not float or
-double, not inside an optional struct, a list or a map; :mod:`icefloe.keyed_table`), and
+double, not inside an optional struct, a list or a map; :mod:`icefloe.table.keyed`), and
 a refusal names the column. A Spark schema's nullable columns become optional Iceberg
 columns, so a key column must be declared ``nullable=False``; nested Spark struct fields
-are always optional (for a nested key, pass an Iceberg :class:`~icefloe.schema.Schema`).
+are always optional (for a nested key, pass an Iceberg :class:`~icefloe.spec.schema.Schema`).
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from collections.abc import Mapping, Sequence
 from pyspark.sql import SparkSession
 from pyspark.sql import types as st
 
-from icefloe.catalog import Table, TableIdentifier
-from icefloe.keyed_table import set_identifier_fields as set_table_identifier_fields
-from icefloe.keyed_table import with_identifier_fields
-from icefloe.partition import parse_partition_spec
-from icefloe.schema import Schema
 from icefloe.spark.channel import BACKGROUND, ConfigArg, resolve_settings
 from icefloe.spark.types import spark_to_iceberg_type
-from icefloe.types import NestedField
+from icefloe.spec.partition import parse_partition_spec
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import NestedField
+from icefloe.table.catalog import Table, TableIdentifier
+from icefloe.table.keyed import set_identifier_fields as set_table_identifier_fields
+from icefloe.table.keyed import with_identifier_fields
 
 
 def schema_of(spark_schema: st.StructType, format_version: int = 2) -> Schema:

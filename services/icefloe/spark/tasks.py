@@ -4,7 +4,7 @@ Everything here executes in Spark's Python workers, far from the driver: no Kafk
 catalog, no event loop borrowed from the driver. A task gets a small, picklable job
 description (:class:`~icefloe.spark.write_tasks.WriteJob`,
 :class:`~icefloe.spark.read_tasks.ReadJob`) whose schema and spec travel as JSON,
-talks to storage through its own :class:`~icefloe.fileio.FileIO` on an event loop it owns
+talks to storage through its own :class:`~icefloe.io.fileio.FileIO` on an event loop it owns
 for the task's lifetime, and hands back plain Arrow record batches.
 
 Why a module: writing tasks (:mod:`icefloe.spark.write_tasks`) and reading tasks
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from icefloe.fileio import FileIO, load_file_io, parse_location
-from icefloe.schema import Schema
+from icefloe.io.fileio import FileIO, load_file_io, parse_location
+from icefloe.spec.schema import Schema
 
 OUTPUT_BATCH_ROWS = 65_536
 """Rows per Arrow batch a task hands back to Spark."""
@@ -140,7 +140,7 @@ class TaskIO:
         return result
 
     def source(self, location: str) -> str | bytes:
-        """What :func:`~icefloe.parquet.read_data_file` should read for ``location``."""
+        """What :func:`~icefloe.parquet.files.read_data_file` should read for ``location``."""
         return parse_location(location)[2] if is_local(location) else self.read(location)
 
     def close(self) -> None:

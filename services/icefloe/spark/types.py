@@ -20,12 +20,12 @@ from icefloe.errors import (
     SchemaEvolutionError,
     ValidationError,
 )
-from icefloe.expression_json import expression_to_json, parse_filter_text
 from icefloe.expressions import (
     BooleanExpression,
 )
-from icefloe.schema import Schema
-from icefloe.types import (
+from icefloe.expressions.json_form import expression_to_json, parse_filter_text
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,

@@ -5,9 +5,9 @@ Writing
 :func:`write_task` is a ``mapInArrow`` function. It shapes Spark's Arrow batches into the
 table schema (Spark has no uuid, fixed, time or nanosecond types, so those arrive as
 strings, binaries and longs and are converted with checks here, the rest is
-:func:`~icefloe.arrow_schema.conform_table`), splits rows by partition with the table's
-spec (:func:`~icefloe.parquet.partition_table`, vectorized), and keeps one open
-:class:`~icefloe.parquet.ParquetFileWriter` per partition: rows are buffered per partition
+:func:`~icefloe.arrow.schema.conform_table`), splits rows by partition with the table's
+spec (:func:`~icefloe.parquet.files.partition_table`, vectorized), and keeps one open
+:class:`~icefloe.parquet.files.ParquetFileWriter` per partition: rows are buffered per partition
 until they make a row group of ``write.parquet.row-group-size-bytes``, and a file rolls at
 ``write.target-file-size-bytes``. Files on local disk are written in place; files for an
 object store are built in memory and uploaded through the FileIO as each one completes.
@@ -59,18 +59,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icefloe.arrow_schema import list_layout
-from icefloe.content_file import content_file_to_json
-from icefloe.datafile import DataFile, DataFileContent
+from icefloe.arrow.schema import list_layout
 from icefloe.errors import ValidationError
-from icefloe.parquet import ParquetFileWriter, partition_table
-from icefloe.parquet_options import (
+from icefloe.parquet.files import ParquetFileWriter, partition_table
+from icefloe.parquet.options import (
     DEFAULT_TARGET_FILE_SIZE_BYTES,
     TARGET_FILE_SIZE_BYTES,
     ParquetWriteOptions,
 )
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
 from icefloe.spark.changes import ChangeSpec, fold, nest_keys, normalize
 from icefloe.spark.tasks import (
     OUTPUT_BATCH_ROWS,
@@ -80,7 +76,11 @@ from icefloe.spark.tasks import (
     schema_from_json,
     task_hooks,
 )
-from icefloe.types import (
+from icefloe.spec.content_file import content_file_to_json
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     FixedType,
     IcebergType,
     ListType,
@@ -260,7 +260,7 @@ def _adapt(arr: pa.Array, t: IcebergType, path: str) -> pa.Array:
 
 
 def prepare_input(table: pa.Table, schema: Schema) -> pa.Table:
-    """Spark's Arrow data shaped for :func:`~icefloe.arrow_schema.conform_table`.
+    """Spark's Arrow data shaped for :func:`~icefloe.arrow.schema.conform_table`.
 
     Columns are matched by name; only columns whose table type Spark cannot represent
     directly are touched (uuid from strings or 16-byte binaries, fixed[n] from binaries of

@@ -24,7 +24,7 @@ may still commit it. No clean-up ever deletes a file the table holds.
 
 Upserts and deletes by key (``mode="upsert"``, ``mode="delete"``)
 -----------------------------------------------------------------
-On a keyed table (identifier fields, :mod:`icefloe.keyed_table`) the driver first checks,
+On a keyed table (identifier fields, :mod:`icefloe.table.keyed`) the driver first checks,
 before any job runs, that the table's keys are required columns the DataFrame has (in
 Debezium's ``after`` for an envelope), and that the rows fit the schema. The job then has
 two steps: a narrow map turns rows into change rows (:func:`icefloe.spark.changes.normalize`,
@@ -77,11 +77,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as st
 
-from icefloe.arrow_schema import conform_table
-from icefloe.binding import bind
-from icefloe.catalog import TableIdentifier, data_dir
-from icefloe.content_file import content_file_from_json
-from icefloe.datafile import DataFile, DataFileContent
+from icefloe.arrow.schema import conform_table
 from icefloe.errors import (
     CommitStateUnknownError,
     EventRejectedError,
@@ -94,14 +90,12 @@ from icefloe.events import (
     FilesWritten,
     TableCommitted,
 )
-from icefloe.expression_json import expression_to_json, parse_expression
 from icefloe.expressions import (
     AlwaysTrue,
 )
-from icefloe.keyed_table import key_fields
-from icefloe.manifest_reader import ManifestReader
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
+from icefloe.expressions.binding import bind
+from icefloe.expressions.json_form import expression_to_json, parse_expression
+from icefloe.manifests.reader import ManifestReader
 from icefloe.spark.changes import (
     ARRIVAL_COLUMN,
     OP_COLUMN,
@@ -132,6 +126,12 @@ from icefloe.spark.write_tasks import (
     prepare_input,
     write_task,
 )
+from icefloe.spec.content_file import content_file_from_json
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.table.catalog import TableIdentifier, data_dir
+from icefloe.table.keyed import key_fields
 
 log = logging.getLogger("icefloe.spark")
 

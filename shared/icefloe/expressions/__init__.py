@@ -1,9 +1,9 @@
 """Iceberg filter expressions: an immutable model of predicates over table columns.
 
 Expressions start *unbound*: they name columns (``Reference("ts")``) and carry literals as the
-caller wrote them. :mod:`icefloe.binding` resolves them against a schema into *bound*
+caller wrote them. :mod:`icefloe.expressions.binding` resolves them against a schema into *bound*
 expressions whose terms know the field id, type and row position and whose literals are
-already converted to the column's internal representation (see :mod:`icefloe.types`), so
+already converted to the column's internal representation (see :mod:`icefloe.spec.types`), so
 evaluators never convert or look anything up per row or per file.
 
 Semantics follow the expressions spec: two-valued, null-safe logic. ``x < 5`` is false for a

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from icefloe.errors import ValidationError
-from icefloe.types import (
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,
@@ -31,7 +31,7 @@ from icefloe.types import (
     TimeType,
     UUIDType,
 )
-from icefloe.values import to_bytes
+from icefloe.spec.values import to_bytes
 
 _EPOCH_ORDINAL = dt.date(1970, 1, 1).toordinal()
 _EPOCH_NAIVE = dt.datetime(1970, 1, 1)

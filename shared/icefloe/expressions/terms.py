@@ -1,7 +1,7 @@
 """Terms: what a predicate tests, a column or a transform of one, unbound or bound.
 
 Unbound terms name a column (by name, or by field id so stored filters survive renames) as
-the caller wrote it. Binding (:mod:`icefloe.binding`) resolves them against a schema into
+the caller wrote it. Binding (:mod:`icefloe.expressions.binding`) resolves them against a schema into
 bound terms that carry the field, its type and an :class:`Accessor` compiled to read the
 value out of a row, so evaluators never look a column up per row.
 """
@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from icefloe.errors import ValidationError
-from icefloe.transforms import Transform, parse_transform
-from icefloe.types import DoubleType, FloatType, IcebergType, NestedField
+from icefloe.spec.transforms import Transform, parse_transform
+from icefloe.spec.types import DoubleType, FloatType, IcebergType, NestedField
 
 
 class Term:

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from icefloe.errors import AlreadyExistsError, InvalidFileError, NotFoundError, ValidationError
-from icefloe.fileio import FileInfo, FileIO, join_location
+from icefloe.io.fileio import FileInfo, FileIO, join_location
 from icefloe.key_index.runs import digest
 
 log = logging.getLogger(__name__)

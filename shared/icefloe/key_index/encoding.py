@@ -36,10 +36,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icefloe.arrow_schema import primitive_to_arrow
+from icefloe.arrow.schema import primitive_to_arrow
 from icefloe.errors import ValidationError
-from icefloe.schema import Schema
-from icefloe.types import (
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,

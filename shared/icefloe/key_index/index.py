@@ -54,15 +54,15 @@ from typing import Any, Final
 import numpy as np
 import pyarrow as pa
 
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import ValidationError
-from icefloe.fileio import FileIO
+from icefloe.io.fileio import FileIO
 from icefloe.key_index import runs as run_ops
 from icefloe.key_index.checkpoint import UNUSABLE, CheckpointStore, RunRef
 from icefloe.key_index.encoding import EncodedKeys, KeyEncoding
 from icefloe.key_index.key_columns import read_key_columns
 from icefloe.key_index.runs import Run
-from icefloe.schema import Schema
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.schema import Schema
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from typing import IO, Final, cast
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from icefloe.arrow_schema import field_id_of
-from icefloe.datafile import DataFile
-from icefloe.fileio import FileIO
-from icefloe.parquet import read_data_file
-from icefloe.schema import Schema
+from icefloe.arrow.schema import field_id_of
+from icefloe.io.fileio import FileIO
+from icefloe.parquet.files import read_data_file
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.schema import Schema
 
 # Bytes fetched from the end of a file in the first request: most footers fit.
 TAIL_BYTES: Final = 64 * 2**10

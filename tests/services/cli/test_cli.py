@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.cli.main import main
-from icefloe.datafile import DataFile
-from icefloe.snapshot_producer import fast_append
+from icefloe.spec.datafile import DataFile
+from icefloe.table.snapshot_producer import fast_append
 
 # Apache Iceberg's conformance files, copied into the repository (tests/fixtures)
 CONFORMANCE = Path(__file__).resolve().parents[2] / "fixtures" / "conformance" / "table-metadata"
@@ -209,8 +209,8 @@ def test_tables_are_created_keyed_and_their_identifier_fields_set_later(
 def test_table_properties_are_listed_set_and_unset_in_one_commit(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from icefloe.commit_index import DEDUP_WINDOW_MS
-    from icefloe.dedup_ledger import LEDGER_PROPERTY
+    from icefloe.table.commit_index import DEDUP_WINDOW_MS
+    from icefloe.table.dedup_ledger import LEDGER_PROPERTY
 
     monkeypatch.setenv("ICEFLOE_CATALOG", f"file://{tmp_path}/wh")
     assert run(capsys, "namespace", "create", "db")[0] == 0
@@ -264,7 +264,7 @@ def test_table_properties_are_listed_set_and_unset_in_one_commit(
 def test_health_shows_what_holds_expiry_back_and_orphan_removal_only_when_due(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from icefloe.maintenance_policy import ORPHANS_LAST_RUN_MS
+    from icefloe.table.maintenance_policy import ORPHANS_LAST_RUN_MS
 
     uri = f"file://{tmp_path}/wh"
     monkeypatch.setenv("ICEFLOE_CATALOG", uri)

@@ -1,5 +1,5 @@
 """The coordinator's own compaction of upsert tables (icefloe.coordinator.compactor, over the
-engine-free rewrite of icefloe.rewrite), on local file-system tables with real Parquet files.
+engine-free rewrite of icefloe.table.rewrite), on local file-system tables with real Parquet files.
 
 The laws: after every commit and every compaction, a reader (icefloe's row reader, PyIceberg,
 DuckDB) sees exactly the last-write-wins fold of the change stream; compaction leaves no
@@ -26,9 +26,7 @@ from test_table_committer import Env
 from test_upsert import keyed_env, upsert_unit
 from upsert_fixtures import Change, apply_fold, fold_batch, live_delete_files, table_rows
 
-from icefloe.catalog import Table
 from icefloe.cli.scan import task_rows
-from icefloe.compaction import plan_compaction
 from icefloe.coordinator.committer import TableCommitter
 from icefloe.coordinator.compactor import (
     AUTO_ENABLED,
@@ -38,15 +36,17 @@ from icefloe.coordinator.compactor import (
     compaction_due,
     compacts_itself,
 )
-from icefloe.datafile import DataFileContent
 from icefloe.errors import ValidationConflictError, ValidationError
-from icefloe.manifest_cache import ManifestCache
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.rewrite import SUMMARY_REWRITE, rewrite_and_commit, select_groups
-from icefloe.scan import plan_scan
-from icefloe.snapshot import Operation
-from icefloe.snapshot_producer import SnapshotProducer
+from icefloe.manifests.cache import ManifestCache
+from icefloe.manifests.reader import ManifestReader
+from icefloe.scan.planning import plan_scan
+from icefloe.spec.datafile import DataFileContent
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.snapshot import Operation
+from icefloe.table.catalog import Table
+from icefloe.table.compaction import plan_compaction
+from icefloe.table.rewrite import SUMMARY_REWRITE, rewrite_and_commit, select_groups
+from icefloe.table.snapshot_producer import SnapshotProducer
 
 KEYS = 40
 
@@ -231,10 +231,10 @@ async def test_the_trigger_reads_summaries_and_the_switch_turns_it_off(env: Env)
 _CRASHING = textwrap.dedent(
     """
     import asyncio, os, signal, sys
-    from icefloe.catalog_uri import load_catalog
+    from icefloe.catalog.uri import load_catalog
     from icefloe.coordinator.committer import TableCommitter
     from icefloe.coordinator.compactor import TableCompactor
-    import icefloe.rewrite as rewrite
+    import icefloe.table.rewrite as rewrite
     import icefloe.key_index.index as index_module
 
     uri, table, point = sys.argv[1:4]

@@ -15,12 +15,12 @@ from test_coordinator import Stack, create_tables, producer_for, read_until, red
 from test_upsert_service import CdcWriter, pyiceberg_rows, requested_order
 from upsert_fixtures import Change, apply_fold, fold_batch, keyed_table, table_rows
 
-from icefloe.catalog_uri import load_catalog
-from icefloe.commit_index import summary_commit_ids
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.compactor import AUTO_MIN_NEW_FILES
 from icefloe.coordinator.service import Coordinator
 from icefloe.events import TableCommitted
-from icefloe.rewrite import SUMMARY_REWRITE
+from icefloe.table.commit_index import summary_commit_ids
+from icefloe.table.rewrite import SUMMARY_REWRITE
 
 pytestmark = pytest.mark.integration
 

@@ -29,13 +29,11 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from icefloe.catalog import Catalog, Table
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.committer import summary_commit_ids
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.coordinator.history import SUMMARY_OFFSETS, SUMMARY_POSITIONS
 from icefloe.coordinator.service import Coordinator
-from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
 from icefloe.events import (
     CommitOperation,
@@ -47,11 +45,13 @@ from icefloe.events import (
     event_key,
     parse_event,
 )
-from icefloe.manifest_reader import ManifestReader
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.transforms import IdentityTransform
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.transforms import IdentityTransform
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import Catalog, Table
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = Schema(

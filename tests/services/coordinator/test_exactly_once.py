@@ -42,9 +42,7 @@ from test_coordinator import (
     wait_until,
 )
 
-from icefloe.catalog import Catalog
-from icefloe.catalog_uri import load_catalog
-from icefloe.commit_index import summary_commit_ids
+from icefloe.catalog.uri import load_catalog
 from icefloe.dev.local_stack import LocalStack
 from icefloe.events import (
     CommitOperation,
@@ -55,6 +53,8 @@ from icefloe.events import (
     event_key,
     parse_event,
 )
+from icefloe.table.catalog import Catalog
+from icefloe.table.commit_index import summary_commit_ids
 
 pytestmark = pytest.mark.integration
 

@@ -34,10 +34,10 @@ from test_exactly_once import (
     send_job,
 )
 
-from icefloe.catalog import Catalog, TableChange, TableIdentifier
-from icefloe.commit_index import CommitIndex
 from icefloe.events import TableCommitted, event_key
-from icefloe.metadata_builder import MetadataBuilder
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.table.catalog import Catalog, TableChange, TableIdentifier
+from icefloe.table.commit_index import CommitIndex
 
 pytestmark = pytest.mark.integration
 

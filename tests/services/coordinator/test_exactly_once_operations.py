@@ -39,12 +39,12 @@ from test_exactly_once import (
     originals,
 )
 
-from icefloe.catalog import Catalog
 from icefloe.coordinator.commit_hooks import COMMIT_STAGES
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.dev.local_stack import LocalStack
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten, encode_event
-from icefloe.manifest_reader import ManifestReader
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.table.catalog import Catalog
 
 pytestmark = pytest.mark.integration
 

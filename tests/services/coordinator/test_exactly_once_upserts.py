@@ -51,10 +51,8 @@ from upsert_fixtures import (
     table_rows,
 )
 
-from icefloe.arrow_schema import schema_to_arrow
-from icefloe.catalog import Catalog
+from icefloe.arrow.schema import schema_to_arrow
 from icefloe.cli.scan import task_rows
-from icefloe.compaction import CompactionPolicy, plan_compaction
 from icefloe.coordinator.commit_hooks import COMMIT_STAGES
 from icefloe.coordinator.compactor import AUTO_ENABLED
 from icefloe.events import (
@@ -65,11 +63,13 @@ from icefloe.events import (
     event_key,
     parse_event,
 )
-from icefloe.manifest_cache import ManifestCache
-from icefloe.parquet import write_data_file
-from icefloe.row_lineage import with_lineage_fields, without_lineage_metrics
-from icefloe.scan import plan_scan
-from icefloe.snapshot import Operation
+from icefloe.manifests.cache import ManifestCache
+from icefloe.parquet.files import write_data_file
+from icefloe.scan.planning import plan_scan
+from icefloe.spec.row_lineage import with_lineage_fields, without_lineage_metrics
+from icefloe.spec.snapshot import Operation
+from icefloe.table.catalog import Catalog
+from icefloe.table.compaction import CompactionPolicy, plan_compaction
 
 pytestmark = pytest.mark.integration
 
@@ -206,7 +206,7 @@ async def send_group(
 
 class Compactor:
     """Compaction as an engine runs it beside the writers: plan on the table's head with the
-    core's plan (:func:`~icefloe.compaction.plan_compaction`), read each planned file's live
+    core's plan (:func:`~icefloe.table.compaction.plan_compaction`), read each planned file's live
     rows (deletes applied; v3 rows with their lineage, as the plan requires), write them as
     one file per group, and request a ``rewrite`` based on the planned snapshot through the
     same topic. An upsert that deletes rows of a planned file before the rewrite commits

@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.coordinator.service import Coordinator
-from icefloe.datafile import DataFile
-from icefloe.fileio import LocalFileIO
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append
-from icefloe.types import LongType, NestedField
+from icefloe.io.fileio import LocalFileIO
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField
+from icefloe.table.snapshot_producer import fast_append
 
 
 async def test_the_planner_cache_dir_setting_gives_the_committers_a_store(

@@ -9,11 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.commit import RetryPolicy
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.coordinator import config
 from icefloe.coordinator.committer import TableCommitter
-from icefloe.fileio import LocalFileIO
+from icefloe.io.fileio import LocalFileIO
+from icefloe.table.commit import RetryPolicy
 
 
 @given(failures=st.integers(1, 200))

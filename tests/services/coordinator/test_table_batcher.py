@@ -20,12 +20,12 @@ from icefloe.coordinator.batcher import (
     PendingFiles,
     TableBatcher,
 )
-from icefloe.datafile import DataFile
 from icefloe.errors import ValidationError
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
-from icefloe.partition import PartitionSpec
-from icefloe.schema import Schema
-from icefloe.types import LongType, NestedField
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField
 
 TABLE = "db.t"
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))

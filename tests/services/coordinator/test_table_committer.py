@@ -17,24 +17,24 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import Catalog, Table
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.batcher import PendingFiles, Unit
 from icefloe.coordinator.commit_hooks import COMMIT_STAGES, CommitHooks, install_commit_hooks
 from icefloe.coordinator.committer import SUMMARY_COMMIT_IDS, TableCommitter, summary_commit_ids
 from icefloe.coordinator.history import SUMMARY_OFFSETS, SUMMARY_POSITIONS, History, source_key
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.errors import CommitStateUnknownError, EventRejectedError
 from icefloe.events import CommitOperation, CommitRequested, FilesWritten
-from icefloe.manifest_reader import ManifestReader
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.partition import PartitionField, PartitionSpec
-from icefloe.schema import Schema
-from icefloe.schema_update import UpdateSchema
-from icefloe.snapshot import SnapshotRef
-from icefloe.transforms import IdentityTransform
-from icefloe.types import DoubleType, LongType, NestedField, StringType
-from icefloe.values import to_bytes
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.partition import PartitionField, PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.schema_update import UpdateSchema
+from icefloe.spec.snapshot import SnapshotRef
+from icefloe.spec.transforms import IdentityTransform
+from icefloe.spec.types import DoubleType, LongType, NestedField, StringType
+from icefloe.spec.values import to_bytes
+from icefloe.table.catalog import Catalog, Table
 
 SOURCE = source_key("events", 3)
 SCHEMA = Schema(
@@ -537,7 +537,7 @@ async def test_commit_requests_that_cannot_apply_are_rejected(env: Env) -> None:
 
 
 async def test_a_base_snapshot_committed_outside_the_coordinator_is_accepted(env: Env) -> None:
-    from icefloe.snapshot_producer import fast_append
+    from icefloe.table.snapshot_producer import fast_append
 
     committer = env.committer()
     await committer.commit([env.unit("c1")], resume_offset=2, position=2)

@@ -23,20 +23,20 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from coordinating import coordinator_config, raise_if_stopped, running_coordinator
 
-from icefloe.catalog import Catalog, Table
-from icefloe.catalog_uri import load_catalog
-from icefloe.commit_index import DEDUP_WINDOW_MS
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.coordinator.maintenance import CANDIDATES_EVENT_TYPE
 from icefloe.coordinator.service import Coordinator
-from icefloe.datafile import DataFile
 from icefloe.events import FilesWritten, encode_event, event_key
-from icefloe.maintenance import reachable_files
-from icefloe.manifest_reader import ManifestReader
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.schema import Schema
-from icefloe.table_health import table_health
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.manifests.reader import ManifestReader
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import Catalog, Table
+from icefloe.table.commit_index import DEDUP_WINDOW_MS
+from icefloe.table.health import table_health
+from icefloe.table.maintenance import reachable_files
 
 pytestmark = pytest.mark.integration
 
@@ -247,7 +247,7 @@ async def test_quiet_tables_are_maintained_by_the_owner_of_their_partition(
     go to (and only by it, once the group has split the partitions). The first commit the
     coordinator makes to a table writes its dedup window into it."""
     from icefloe.coordinator.maintenance import partition_of
-    from icefloe.snapshot_producer import fast_append
+    from icefloe.table.snapshot_producer import fast_append
 
     prefix = f"q{uuid.uuid4().hex[:8]}"
     uri = f"{redis_server}?warehouse=file://{tmp_path}/wh&prefix={prefix}"

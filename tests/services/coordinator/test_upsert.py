@@ -32,22 +32,22 @@ from upsert_fixtures import (
 )
 
 from hypothesis_budget import examples
-from icefloe.catalog import Table
-from icefloe.catalog_uri import load_catalog
-from icefloe.commit_index import summary_commit_ids
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.batcher import Unit
 from icefloe.coordinator.committer import TableCommitter
-from icefloe.datafile import DataFileContent
-from icefloe.delete_index import is_deletion_vector
+from icefloe.deletes.index import is_deletion_vector
 from icefloe.errors import EventRejectedError
 from icefloe.events import CommitOperation, CommitRequested
-from icefloe.fileio import FileIO
+from icefloe.io.fileio import FileIO
 from icefloe.key_index import KeyIndex
-from icefloe.manifest_reader import ManifestReader
-from icefloe.parquet import write_data_file
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import rewrite_files
-from icefloe.types import LongType, NestedField, StringType, StructType
+from icefloe.manifests.reader import ManifestReader
+from icefloe.parquet.files import write_data_file
+from icefloe.spec.datafile import DataFileContent
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField, StringType, StructType
+from icefloe.table.catalog import Table
+from icefloe.table.commit_index import summary_commit_ids
+from icefloe.table.snapshot_producer import rewrite_files
 
 UPSERT = CommitOperation.UPSERT
 

@@ -27,12 +27,12 @@ from upsert_fixtures import (
     table_rows,
 )
 
-from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.coordinator.committer import TableCommitter
-from icefloe.datafile import DataFileContent
-from icefloe.delete_index import is_deletion_vector
+from icefloe.deletes.index import is_deletion_vector
 from icefloe.events import CommitOperation
-from icefloe.fileio import LocalFileIO
+from icefloe.io.fileio import LocalFileIO
+from icefloe.spec.datafile import DataFileContent
 
 State = dict[int, tuple[str, int]]
 KEYS = 30

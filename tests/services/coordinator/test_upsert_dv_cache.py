@@ -1,4 +1,4 @@
-"""The committer's cache of deletion vectors (icefloe.deletion_vector_cache) on upserts.
+"""The committer's cache of deletion vectors (icefloe.deletes.deletion_vector_cache) on upserts.
 
 The committer keeps the DVs it wrote (and read) between commits so that merging the next
 batch's deletes into a file's DV does not read it back from its Puffin file. The law: the
@@ -22,14 +22,14 @@ from test_table_committer import Env
 from test_upsert import keyed_env, upsert_unit
 from upsert_fixtures import live_delete_files, table_rows
 
-from icefloe.catalog import Table
 from icefloe.coordinator.committer import CommitHooks, TableCommitter
-from icefloe.datafile import DataFile
-from icefloe.deletion_vector import DeletionVector, read_deletion_vector
-from icefloe.deletion_vector_cache import DeletionVectorCache, cache_key
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.snapshot import MAIN_BRANCH, SnapshotRef
-from icefloe.snapshot_producer import row_delta
+from icefloe.deletes.deletion_vector import DeletionVector, read_deletion_vector
+from icefloe.deletes.deletion_vector_cache import DeletionVectorCache, cache_key
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.snapshot import MAIN_BRANCH, SnapshotRef
+from icefloe.table.catalog import Table
+from icefloe.table.snapshot_producer import row_delta
 
 
 @pytest.fixture

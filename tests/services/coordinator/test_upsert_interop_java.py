@@ -40,17 +40,17 @@ from upsert_fixtures import (
     table_rows,
 )
 
-from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.cli.scan import task_rows
 from icefloe.coordinator.committer import TableCommitter
-from icefloe.datafile import DataFileContent
-from icefloe.delete_index import is_deletion_vector
+from icefloe.deletes.index import is_deletion_vector
 from icefloe.events import CommitOperation
-from icefloe.fileio import FileIO, LocalFileIO
+from icefloe.io.fileio import FileIO, LocalFileIO
 from icefloe.key_index import KeyIndex
-from icefloe.manifest_cache import ManifestCache
-from icefloe.scan import plan_scan
-from icefloe.schema import Schema
+from icefloe.manifests.cache import ManifestCache
+from icefloe.scan.planning import plan_scan
+from icefloe.spec.datafile import DataFileContent
+from icefloe.spec.schema import Schema
 from java_iceberg import JavaIceberg
 
 pytestmark = [pytest.mark.interop, pytest.mark.integration]

@@ -37,11 +37,8 @@ from upsert_fixtures import (
     table_rows,
 )
 
-from icefloe.catalog import Table
-from icefloe.catalog_uri import load_catalog
-from icefloe.commit_index import summary_commit_ids
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.service import Coordinator
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.events import (
     CommitOperation,
     CommitRequested,
@@ -52,6 +49,9 @@ from icefloe.events import (
     event_key,
     parse_event,
 )
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.table.catalog import Table
+from icefloe.table.commit_index import summary_commit_ids
 
 pytestmark = pytest.mark.integration
 

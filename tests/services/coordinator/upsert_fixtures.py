@@ -17,17 +17,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from icefloe.catalog import Table
 from icefloe.cli.scan import task_rows
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.dev.bench_upsert import duckdb_reader, pyiceberg_read
-from icefloe.manifest_cache import ManifestCache
-from icefloe.manifest_reader import ManifestReader
-from icefloe.parquet import write_data_file
-from icefloe.partition import PartitionSpec
-from icefloe.scan import plan_scan
-from icefloe.schema import Schema
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.manifests.cache import ManifestCache
+from icefloe.manifests.reader import ManifestReader
+from icefloe.parquet.files import write_data_file
+from icefloe.scan.planning import plan_scan
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField, StringType
+from icefloe.table.catalog import Table
 
 KEYED_SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 import math
 
-from icefloe.commit_index import CommitIndex
 from icefloe.dev.bench import BenchContext, Kind
 from icefloe.dev.bench_dedup import dedup_benchmark, metadata_json
-from icefloe.metadata import parse_table_metadata
+from icefloe.spec.metadata import parse_table_metadata
+from icefloe.table.commit_index import CommitIndex
 
 
 def test_dedup_benchmark_reports_per_commit_and_load_figures_beside_peers() -> None:

@@ -31,7 +31,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.coordinator.config import CoordinatorConfig
 from icefloe.dev.local_stack import (
     REDIS_SERVER_ENV,
@@ -42,10 +42,10 @@ from icefloe.dev.local_stack import (
     probe_redis,
 )
 from icefloe.errors import IcefloeError, ServerStartError
-from icefloe.fileio import S3FileIO
+from icefloe.io.fileio import S3FileIO
 from icefloe.planner.config import PlannerConfig
-from icefloe.schema import Schema
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField, StringType
 
 # A SIGKILLed owner's servers die by the kernel's parent-death signal, which the test can
 # only observe after the fact; this bounds the wait so a regression fails instead of hangs.

@@ -18,16 +18,16 @@ from typing import Any
 
 import pytest
 
-from icefloe.catalog import Catalog
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.cli.scan import task_rows
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import ManifestCache
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.write_config import RestCatalogSettings
-from icefloe.scan import plan_scan
+from icefloe.scan.planning import plan_scan
+from icefloe.table.catalog import Catalog
 
 WRITE = "writer-token-pyiceberg"
 READ = "reader-token-pyiceberg"

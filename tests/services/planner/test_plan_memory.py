@@ -1,6 +1,6 @@
 """Held plans and the manifest cache share one memory budget (icefloe.planner.plans).
 
-Plans here are real: a small generated table planned with :func:`icefloe.scan.plan_scan`
+Plans here are real: a small generated table planned with :func:`icefloe.scan.planning.plan_scan`
 through the cache, so a full plan pins the cache's own manifests and a selective plan
 compact copies of its rows, as in the planner. The accounting is checked against a count
 made from scratch: every distinct manifest the cache lists or a held plan keeps, once.
@@ -18,14 +18,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import TableIdentifier
 from icefloe.dev.bench_planner import Generated, generate
 from icefloe.expressions import And, GreaterThanOrEqual, LessThan, Reference
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import ManifestCache
 from icefloe.planner.plans import PlanStore
-from icefloe.scan import ScanPlan, plan_scan
-from icefloe.types import LongType
+from icefloe.scan.planning import ScanPlan, plan_scan
+from icefloe.spec.types import LongType
+from icefloe.table.catalog import TableIdentifier
 
 TABLE = TableIdentifier.parse("db.events")
 FILES = 600

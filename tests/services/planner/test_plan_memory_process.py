@@ -15,9 +15,9 @@ from typing import Any
 import aiohttp
 from planner_process import planner_process
 
-from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.dev.bench_planner import IDS_PER_FILE, generate
-from icefloe.fileio import LocalFileIO
+from icefloe.io.fileio import LocalFileIO
 
 TABLE = "/v1/namespaces/db/tables/events"
 FILES = 2000

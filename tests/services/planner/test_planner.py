@@ -23,25 +23,25 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import Table, TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.delete_index import DELETE_FILE_PATH_ID
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.deletes.index import DELETE_FILE_PATH_ID
 from icefloe.errors import NotFoundError
 from icefloe.events import TableCommitted
-from icefloe.fileio import LocalFileIO
-from icefloe.metadata_builder import LAST_ADDED, MetadataBuilder
-from icefloe.parquet import write_files
-from icefloe.partition import PartitionSpecBuilder
+from icefloe.io.fileio import LocalFileIO
+from icefloe.parquet.files import write_files
 from icefloe.planner.app import OPENAPI_FILE, PlannerService
 from icefloe.planner.config import PlannerConfig, add_arguments, overrides_from_args
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
 from icefloe.planner.plans import PlanStore
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState, is_newer
-from icefloe.schema import Schema
-from icefloe.snapshot import SnapshotRef
-from icefloe.snapshot_producer import fast_append, row_delta
-from icefloe.types import IntegerType, LongType, NestedField, StringType, TimestampType
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata_builder import LAST_ADDED, MetadataBuilder
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import SnapshotRef
+from icefloe.spec.types import IntegerType, LongType, NestedField, StringType, TimestampType
+from icefloe.table.catalog import Table, TableIdentifier
+from icefloe.table.snapshot_producer import fast_append, row_delta
 
 DAY_US = 86_400_000_000
 FIRST_DAY = 19_723
@@ -1099,7 +1099,7 @@ async def test_scan_rows_apply_equality_deletes(tmp_path: Path) -> None:
     import argparse
 
     from icefloe.cli.scan import add_arguments, scan
-    from icefloe.partition import PartitionSpec
+    from icefloe.spec.partition import PartitionSpec
 
     catalog = FileSystemCatalog("eq", str(tmp_path), LocalFileIO())
     await catalog.create_namespace("db")

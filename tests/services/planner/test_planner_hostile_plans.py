@@ -23,13 +23,13 @@ from typing import Any
 import aiohttp
 from planner_process import planner_process
 
-from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.dev.bench_planner import generate
 from icefloe.dev.bench_planner_hostile import HOSTILE
-from icefloe.expression_json import parse_expression
-from icefloe.fileio import LocalFileIO
-from icefloe.manifest_cache import ManifestCache
-from icefloe.scan import plan_scan
+from icefloe.expressions.json_form import parse_expression
+from icefloe.io.fileio import LocalFileIO
+from icefloe.manifests.cache import ManifestCache
+from icefloe.scan.planning import plan_scan
 
 TABLE = "/v1/namespaces/db/tables/events"
 FILES = 100

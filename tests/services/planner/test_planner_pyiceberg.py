@@ -29,19 +29,26 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from icefloe.catalog import Table
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.datafile import DataFile, DataFileContent
-from icefloe.delete_index import DELETE_FILE_PATH_ID
-from icefloe.fileio import LocalFileIO
-from icefloe.metadata_builder import LAST_ADDED, MetadataBuilder
-from icefloe.parquet import write_files
-from icefloe.partition import PartitionSpecBuilder
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.deletes.index import DELETE_FILE_PATH_ID
+from icefloe.io.fileio import LocalFileIO
+from icefloe.parquet.files import write_files
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append, overwrite_files, row_delta
-from icefloe.types import DoubleType, IntegerType, LongType, NestedField, StringType, TimestampType
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata_builder import LAST_ADDED, MetadataBuilder
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
+    DoubleType,
+    IntegerType,
+    LongType,
+    NestedField,
+    StringType,
+    TimestampType,
+)
+from icefloe.table.catalog import Table
+from icefloe.table.snapshot_producer import fast_append, overwrite_files, row_delta
 
 pytestmark = pytest.mark.interop
 

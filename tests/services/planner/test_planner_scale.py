@@ -18,9 +18,9 @@ import pytest
 from aiohttp import web
 from test_planner import BASE, World, all_tasks, error_of, make_client, plan, world  # noqa: F401
 
-from icefloe.metadata_builder import MetadataBuilder
 from icefloe.planner.tokens import PlanTokens, TokenError, parse_plan_task
 from icefloe.runtime.logs import JsonLogFormatter
+from icefloe.spec.metadata_builder import MetadataBuilder
 
 SECRET = b"a shared secret for the replicas"
 

@@ -24,20 +24,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.catalog import Catalog, Table
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.catalog_uri import load_catalog
-from icefloe.datafile import DataFile
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.errors import CommitStateUnknownError, FileIOError, ValidationError
-from icefloe.fileio import LocalFileIO
-from icefloe.metadata import TableMetadata
+from icefloe.io.fileio import LocalFileIO
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.openapi import served_openapi
 from icefloe.planner.write_config import RestCatalogSettings, parse_tokens
 from icefloe.planner.write_routes import OPENAPI_FILE, WRITE_ENDPOINTS
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.metadata import TableMetadata
+from icefloe.spec.schema import Schema
+from icefloe.table.catalog import Catalog, Table
+from icefloe.table.snapshot_producer import fast_append
 
 READ = "reader-token-0001"
 WRITE = "writer-token-0001"

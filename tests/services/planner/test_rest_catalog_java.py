@@ -29,7 +29,7 @@ from rest_catalog_server import (
     server_fixture,  # noqa: F401  (the planner: one per module, file-system and Redis catalogs)
 )
 
-from icefloe.commit_index import DEDUP_WINDOW_MS
+from icefloe.table.commit_index import DEDUP_WINDOW_MS
 from java_iceberg import JavaIceberg, JavaIcebergError
 
 pytestmark = pytest.mark.interop
@@ -181,7 +181,7 @@ def test_java_spark_writes_and_compacts_while_the_coordinator_commits(
     import pyarrow as pa
     from aiokafka import AIOKafkaProducer
 
-    from icefloe.catalog_uri import load_catalog
+    from icefloe.catalog.uri import load_catalog
     from icefloe.events import (
         CommitOperation,
         CommitRequested,
@@ -189,7 +189,7 @@ def test_java_spark_writes_and_compacts_while_the_coordinator_commits(
         encode_event,
         event_key,
     )
-    from icefloe.parquet import write_files
+    from icefloe.parquet.files import write_files
 
     java = java_iceberg
     cat = spark_catalog(java, server)

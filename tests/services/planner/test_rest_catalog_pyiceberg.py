@@ -31,10 +31,10 @@ from rest_catalog_server import (
     server_fixture,  # noqa: F401  (the planner: one per module, file-system and Redis catalogs)
 )
 
-from icefloe.catalog import Catalog
-from icefloe.catalog_uri import load_catalog
-from icefloe.manifest_reader import ManifestReader
-from icefloe.parquet import write_files
+from icefloe.catalog.uri import load_catalog
+from icefloe.manifests.reader import ManifestReader
+from icefloe.parquet.files import write_files
+from icefloe.table.catalog import Catalog
 
 pytestmark = pytest.mark.interop
 
@@ -404,8 +404,8 @@ def test_icefloe_refuses_to_drop_dedup_evidence_for_pyiceberg(
     from pyiceberg.schema import Schema
     from pyiceberg.types import LongType, NestedField, StringType
 
-    from icefloe.commit_index import DEDUP_WINDOW_MS
-    from icefloe.dedup_ledger import LEDGER_PROPERTY
+    from icefloe.table.commit_index import DEDUP_WINDOW_MS
+    from icefloe.table.dedup_ledger import LEDGER_PROPERTY
 
     uri = server.catalog_uri
     prefix = f"rc{uuid.uuid4().hex[:8]}"

@@ -30,12 +30,12 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
-from icefloe.catalog import Catalog
-from icefloe.catalog_uri import load_catalog
+from icefloe.catalog.uri import load_catalog
 from icefloe.dev.local_stack import HOST, ServerProcess, _weed_command, start_server, weed_binary
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.write_config import RestCatalogSettings
+from icefloe.table.catalog import Catalog
 
 READ = "reader-token-0001"
 WRITE = "writer-token-0001"

@@ -24,16 +24,16 @@ from planner_process import planner_process
 from test_rest_catalog import open_catalog
 from victim_files import append_victim_files, intact
 
-from icefloe.catalog import Catalog
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.datafile import DataFile
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.errors import ValidationError
 from icefloe.planner import signed_tokens
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.write_config import Principal, RestCatalogSettings
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import fast_append
+from icefloe.spec.datafile import DataFile
+from icefloe.spec.schema import Schema
+from icefloe.table.catalog import Catalog
+from icefloe.table.snapshot_producer import fast_append
 
 SCHEMA = {
     "type": "struct",

@@ -26,17 +26,17 @@ from victim_files import append_victim_files
 from yarl import URL
 
 from hypothesis_budget import examples
-from icefloe.catalog import Catalog, TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.catalog_uri import load_catalog
-from icefloe.fileio import LocalFileIO
-from icefloe.locations import LOCATION_PROPERTIES
-from icefloe.manifest_list import write_manifest_list
-from icefloe.manifest_reader import ManifestReader
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.catalog.uri import load_catalog
+from icefloe.io.fileio import LocalFileIO
+from icefloe.io.locations import LOCATION_PROPERTIES
+from icefloe.manifests.manifest_list import write_manifest_list
+from icefloe.manifests.reader import ManifestReader
 from icefloe.planner.app import PlannerService
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.write_config import RestCatalogSettings
-from icefloe.table_changes import TableCommit, commit_table_changes
+from icefloe.table.catalog import Catalog, TableIdentifier
+from icefloe.table.changes import TableCommit, commit_table_changes
 
 READ = "reader-token-0001"
 WRITE = "writer-token-0001"

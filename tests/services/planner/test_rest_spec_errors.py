@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from icefloe.catalog_fs import FileSystemCatalog
-from icefloe.fileio import LocalFileIO
+from icefloe.catalog.fs import FileSystemCatalog
+from icefloe.io.fileio import LocalFileIO
 from icefloe.planner.app import OPENAPI_FILE, PlannerService
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.write_config import RestCatalogSettings
 from icefloe.planner.write_routes import OPENAPI_FILE as WRITE_OPENAPI_FILE
-from icefloe.schema import Schema
+from icefloe.spec.schema import Schema
 
 SCHEMA = {
     "type": "struct",

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hypothesis_budget import examples
-from icefloe.locations import normal_location
+from icefloe.io.locations import normal_location
 from icefloe.planner.errors import ApiError
 from icefloe.planner.signer import check_request, parse_target, sign
 

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from test_planner import Manual, append, batch, build_world
 
-from icefloe.catalog import TableIdentifier
-from icefloe.catalog_fs import FileSystemCatalog
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.events import TableCommitted
-from icefloe.fileio import LocalFileIO
+from icefloe.io.fileio import LocalFileIO
 from icefloe.planner.refresher import TableRefresher
+from icefloe.table.catalog import TableIdentifier
 
 
 def _event(table: str, location: str, snapshot_id: int, seq: int) -> TableCommitted:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from icefloe.catalog import Table
-from icefloe.datafile import DataFile
-from icefloe.snapshot_producer import fast_append
+from icefloe.spec.datafile import DataFile
+from icefloe.table.catalog import Table
+from icefloe.table.snapshot_producer import fast_append
 
 
 async def append_victim_files(table: Table, files: int) -> list[Path]:

@@ -22,24 +22,24 @@ from pyspark.sql import SparkSession
 from task_faults import fault
 
 import icefloe.spark as ispark
-from icefloe.arrow_schema import FIELD_ID_KEY
+from icefloe.arrow.schema import FIELD_ID_KEY
 from icefloe.cli.scan import task_rows
-from icefloe.datafile import DataFile, DataFileContent
 from icefloe.expressions import EqualTo
-from icefloe.manifest_cache import ManifestCache
-from icefloe.parquet import ParquetFileWriter
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.scan import plan_scan
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import row_delta
-from icefloe.sort_order import SortOrderBuilder
+from icefloe.manifests.cache import ManifestCache
+from icefloe.parquet.files import ParquetFileWriter
+from icefloe.scan.planning import plan_scan
 from icefloe.spark.compaction import (
     COMPACTION_JOB_PROPERTY,
     CompactionConflictError,
     commit_compaction,
     stage_compaction,
 )
-from icefloe.types import DoubleType, LongType, NestedField, StringType
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.sort_order import SortOrderBuilder
+from icefloe.spec.types import DoubleType, LongType, NestedField, StringType
+from icefloe.table.snapshot_producer import row_delta
 from java_iceberg import JavaIceberg
 
 pytestmark = pytest.mark.integration
@@ -154,7 +154,7 @@ def test_compaction_while_a_stream_of_appends_continues(
 
 
 def _live_at(stack: Any, name: str, snapshot_id: int | None) -> list[DataFile]:
-    from icefloe.manifest_reader import ManifestReader
+    from icefloe.manifests.reader import ManifestReader
 
     async def files() -> list[DataFile]:
         table = await stack.catalog.load_table(name)
@@ -219,7 +219,7 @@ def _commit_deletes(stack: Any, name: str, deletes: list[DataFile]) -> None:
 
 
 def _ids_in(data_file: DataFile) -> list[int]:
-    from icefloe.parquet import read_data_file
+    from icefloe.parquet.files import read_data_file
 
     return list(read_data_file(data_file.file_path, SCHEMA).column("id").to_pylist())
 
@@ -345,8 +345,8 @@ def test_a_failed_task_attempt_leaves_nothing_behind(spark: SparkSession, spark_
 
 
 async def _set_sort_order(stack: Any, name: str) -> None:
-    from icefloe.commit import commit_with_retry
-    from icefloe.metadata_builder import MetadataBuilder
+    from icefloe.spec.metadata_builder import MetadataBuilder
+    from icefloe.table.commit import commit_with_retry
 
     table = await stack.catalog.load_table(name)
     order = SortOrderBuilder(table.metadata.schema(), order_id=1).desc("id").build()

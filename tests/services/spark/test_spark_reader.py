@@ -29,12 +29,8 @@ from pyspark.sql import SparkSession
 
 import icefloe.spark as ispark
 from hypothesis_budget import examples
-from icefloe.arrow_schema import FIELD_ID_KEY, to_arrow_array
-from icefloe.binding import bind
-from icefloe.catalog import TableIdentifier
-from icefloe.datafile import DataFile, DataFileContent
+from icefloe.arrow.schema import FIELD_ID_KEY, to_arrow_array
 from icefloe.errors import NotFoundError, ValidationError
-from icefloe.evaluators import Evaluator
 from icefloe.expressions import (
     And,
     BooleanExpression,
@@ -53,14 +49,16 @@ from icefloe.expressions import (
     Or,
     StartsWith,
 )
-from icefloe.metadata_builder import MetadataBuilder
-from icefloe.parquet import ParquetFileWriter
-from icefloe.schema import Schema
-from icefloe.schema_update import UpdateSchema
-from icefloe.snapshot_producer import row_delta
+from icefloe.expressions.binding import bind
+from icefloe.expressions.evaluators import Evaluator
+from icefloe.parquet.files import ParquetFileWriter
 from icefloe.spark.config import SparkConfig
 from icefloe.spark.read_tasks import equality_delete_mask, filter_mask
-from icefloe.types import (
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.metadata_builder import MetadataBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.schema_update import UpdateSchema
+from icefloe.spec.types import (
     BooleanType,
     DateType,
     DecimalType,
@@ -72,6 +70,8 @@ from icefloe.types import (
     StringType,
     StructType,
 )
+from icefloe.table.catalog import TableIdentifier
+from icefloe.table.snapshot_producer import row_delta
 
 BASIC = Schema(
     NestedField(1, "id", LongType(), required=True),
@@ -508,7 +508,7 @@ def test_reads_apply_position_and_equality_deletes(spark: SparkSession, spark_st
     schema = table.metadata.schema()
     (data_file,) = spark_stack.live_files(name)
     location = table.metadata.location
-    from icefloe.parquet import read_data_file
+    from icefloe.parquet.files import read_data_file
 
     in_file = read_data_file(data_file.file_path, schema).column("id").to_pylist()
     doomed_positions = [0, 5, 6]

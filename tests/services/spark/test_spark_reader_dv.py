@@ -13,11 +13,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 import icefloe.spark as ispark
-from icefloe.delete_index import is_deletion_vector
-from icefloe.parquet import read_data_file
-from icefloe.schema import Schema
-from icefloe.snapshot_producer import row_delta
-from icefloe.types import DoubleType, LongType, NestedField, StringType
+from icefloe.deletes.index import is_deletion_vector
+from icefloe.parquet.files import read_data_file
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import DoubleType, LongType, NestedField, StringType
+from icefloe.table.snapshot_producer import row_delta
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

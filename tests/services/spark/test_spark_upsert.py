@@ -23,18 +23,18 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as st
 
 import icefloe.spark as ispark
-from icefloe.arrow_schema import field_id_of
-from icefloe.datafile import DataFile, DataFileContent
+from icefloe.arrow.schema import field_id_of
 from icefloe.errors import SchemaEvolutionError, ValidationError
 from icefloe.events import CommitOperation
-from icefloe.parquet import read_data_file
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
-from icefloe.schema import Schema
+from icefloe.parquet.files import read_data_file
 from icefloe.spark.changes import ChangeSpec
 from icefloe.spark.tasks import TaskInfo
 from icefloe.spark.write_tasks import WriteJob, change_rows_task, change_task, is_job_file
 from icefloe.spark.writer import StagedWrite, commit_request
-from icefloe.types import DoubleType, LongType, NestedField, StringType, StructType
+from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import DoubleType, LongType, NestedField, StringType, StructType
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

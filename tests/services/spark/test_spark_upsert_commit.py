@@ -26,11 +26,11 @@ from task_faults import fault
 
 import icefloe.spark as ispark
 from hypothesis_budget import examples
-from icefloe.datafile import DataFileContent
-from icefloe.partition import PartitionSpecBuilder
-from icefloe.schema import Schema
 from icefloe.spark.write_tasks import is_job_file
-from icefloe.types import LongType, NestedField, StringType
+from icefloe.spec.datafile import DataFileContent
+from icefloe.spec.partition import PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import LongType, NestedField, StringType
 
 SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

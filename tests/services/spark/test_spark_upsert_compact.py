@@ -18,9 +18,9 @@ from test_spark_compact import _lineage
 from test_spark_upsert_commit import SCHEMA, check_storage, table_rows
 
 import icefloe.spark as ispark
-from icefloe.datafile import DataFileContent
-from icefloe.delete_index import is_deletion_vector
-from icefloe.table_health import table_health
+from icefloe.deletes.index import is_deletion_vector
+from icefloe.spec.datafile import DataFileContent
+from icefloe.table.health import table_health
 
 pytestmark = pytest.mark.integration
 

@@ -30,9 +30,7 @@ import icefloe.spark as ispark
 from hypothesis_budget import examples
 from icefloe.errors import ValidationError
 from icefloe.expressions import EqualTo
-from icefloe.parquet import read_data_file
-from icefloe.partition import PartitionSpec, PartitionSpecBuilder
-from icefloe.schema import Schema
+from icefloe.parquet.files import read_data_file
 from icefloe.spark.config import SparkConfig
 from icefloe.spark.tasks import TaskInfo, install_task_hooks
 from icefloe.spark.write_tasks import (
@@ -43,7 +41,9 @@ from icefloe.spark.write_tasks import (
     prepare_input,
     write_task,
 )
-from icefloe.types import (
+from icefloe.spec.partition import PartitionSpec, PartitionSpecBuilder
+from icefloe.spec.schema import Schema
+from icefloe.spec.types import (
     BinaryType,
     BooleanType,
     DateType,
@@ -417,7 +417,7 @@ def test_partitioned_writes_agree_with_the_core_transforms(
 
 def _internal_rows(table: Any, schema: Schema) -> list[dict[int, Any]]:
     """Rows keyed by field id, values in icefloe's internal representation."""
-    from icefloe.arrow_schema import from_arrow_array
+    from icefloe.arrow.schema import from_arrow_array
 
     columns = {
         f.field_id: from_arrow_array(f.field_type, table.column(f.name)) for f in schema.fields

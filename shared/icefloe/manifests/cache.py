@@ -1,0 +1,460 @@
+"""The planner's manifest cache: decoded manifest lists and manifests by path, within a budget.
+
+Manifest lists and manifests never change once written, so their decoded contents can be
+kept by path for as long as memory allows. Manifests are kept as
+:class:`~icefloe.manifests.cached.CachedManifest` (Arrow columns), which
+:mod:`icefloe.manifests.file_pruner` prunes in bulk; lists as their rows. The cache shares the load of
+one path between concurrent plans, optionally persists decoded manifests on disk
+(:mod:`icefloe.manifests.store`), and counts hits, misses, evictions and bytes for the
+planner's metrics.
+
+The byte budget is one budget for every decoded manifest the process holds, not only for
+the cache's entries: plans held for paging *pin* the manifests they select from (the
+cached manifests themselves for a full scan, compact copies for a selective one), and a
+pinned manifest stays in memory whether or not the cache still lists it. So the cache
+counts each manifest once, whoever holds it: its entries, plus pinned manifests it does not
+list, plus bytes holders :meth:`charge` (a page written ahead). Eviction takes the least
+recently used entries nobody pins (evicting a pinned one would free nothing), so entries
+plus pinned bytes stay within ``max_bytes`` as long as holders keep their pins within a
+share of it (the planner's plan store does: see ``icefloe.planner.plans``).
+
+The names of the modules this one was split into are re-exported, so older imports work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from icefloe.arrow.values import (
+    arrow_storage_type,
+    arrow_to_values,
+    decode_bounds,
+    values_to_arrow,
+)
+from icefloe.errors import InvalidFileError, ValidationError
+from icefloe.io.fileio import FileIO
+from icefloe.manifests.cached import CachedManifest, ManifestDecodeMismatch, ManifestRows
+from icefloe.manifests.file_pruner import (
+    FilePruner,
+    PruneCounts,
+    metrics_leaf_mask,
+    partition_leaf_mask,
+)
+from icefloe.manifests.manifest import (
+    read_manifest_metadata,
+)
+from icefloe.manifests.manifest_list import ManifestContent, ManifestFile, read_manifest_list
+from icefloe.manifests.store import ManifestStore
+from icefloe.spec.partition import PartitionSpec
+from icefloe.spec.schema import Schema
+from icefloe.spec.snapshot import Snapshot
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BYTES = 512 << 20
+DEFAULT_LOAD_CONCURRENCY = 16
+
+# A fixed per-row overhead of a cached manifest list, besides its paths and summaries.
+_MANIFEST_FILE_OVERHEAD = 512
+
+
+# ---------------------------------------------------------------------------------------------
+# The cache
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    hits: int
+    misses: int
+    evictions: int
+    entries: int
+    bytes: int
+    max_bytes: int
+    bytes_read: int
+    pinned_bytes: int = 0  # distinct bytes pinned by holders (plans), cached or not
+    outside_bytes: int = 0  # pinned bytes the cache does not list, plus charged bytes
+
+    @property
+    def held_bytes(self) -> int:
+        """Every decoded manifest byte in memory, counted once: at most ``max_bytes`` while
+        holders keep their pins within their share."""
+        return self.bytes + self.outside_bytes
+
+
+class _ManifestList:
+    __slots__ = ("manifests", "nbytes")
+
+    def __init__(self, manifests: list[ManifestFile]) -> None:
+        self.manifests = manifests
+        size = 0
+        for m in manifests:
+            size += _MANIFEST_FILE_OVERHEAD + len(m.manifest_path)
+            for s in m.partitions or ():
+                size += 96 + len(s.lower_bound or b"") + len(s.upper_bound or b"")
+        self.nbytes = size
+
+
+class ManifestCache:
+    """Decoded manifest lists and manifests by path, within ``max_bytes`` (LRU).
+
+    Loads of one path are shared: concurrent plans missing the same manifest read and decode
+    it once. Decoding runs in a worker thread so the event loop keeps serving requests.
+    ``max_bytes=0`` disables caching (every read is a miss), which tests use as a reference.
+    """
+
+    def __init__(
+        self,
+        io: FileIO,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        *,
+        load_concurrency: int = DEFAULT_LOAD_CONCURRENCY,
+        decode_in_thread: bool = True,
+        store: ManifestStore | None = None,
+    ) -> None:
+        if max_bytes < 0:
+            raise ValidationError(f"cache max_bytes must be >= 0, got {max_bytes}")
+        if load_concurrency < 1:
+            raise ValidationError(f"load_concurrency must be >= 1, got {load_concurrency}")
+        self.io = io
+        self.max_bytes = max_bytes
+        self.decode_in_thread = decode_in_thread
+        self.store = store
+        self._items: OrderedDict[str, Any] = OrderedDict()
+        self._bytes = 0
+        # Pinned manifests by identity: [manifest, pins]. Identity, since a plan's compact
+        # copy shares its path with the cached manifest it was cut from.
+        self._pins: dict[int, list[Any]] = {}
+        self._pinned_bytes = 0  # distinct pinned manifests, cached or not
+        self._outside_bytes = 0  # pinned manifests not cached, plus charged bytes
+        self._lock = threading.Lock()
+        # Called (outside the lock, from any thread) when pinned manifests leave no room, or
+        # the bytes held outside the entries grew (a pinned entry evicted or derived a
+        # column): the plan store checks its share and drops its oldest plans. Unset, the
+        # cache just holds what is pinned.
+        self.on_pressure: Callable[[], None] | None = None
+        self._loading: dict[str, asyncio.Future[Any]] = {}
+        self._semaphore = asyncio.Semaphore(load_concurrency)
+        self._hits = 0
+        self._misses = 0
+        self._evictions = 0
+        self._bytes_read = 0
+
+    # -- bookkeeping ----------------------------------------------------------------------
+
+    def stats(self) -> CacheStats:
+        with self._lock:
+            return CacheStats(
+                hits=self._hits,
+                misses=self._misses,
+                evictions=self._evictions,
+                entries=len(self._items),
+                bytes=self._bytes,
+                max_bytes=self.max_bytes,
+                bytes_read=self._bytes_read,
+                pinned_bytes=self._pinned_bytes,
+                outside_bytes=self._outside_bytes,
+            )
+
+    def clear(self) -> None:
+        moved = False
+        with self._lock:
+            for value in self._items.values():
+                if isinstance(value, CachedManifest):
+                    if id(value) in self._pins:
+                        self._outside_bytes += int(value.nbytes)  # its holders keep it
+                        moved = True
+                    else:
+                        value._on_grow = None
+            self._items.clear()
+            self._bytes = 0
+        if moved:
+            self._pressure()
+
+    def _pressure(self) -> None:
+        if self.on_pressure is not None:
+            self.on_pressure()
+
+    # -- pins (the one budget) ----------------------------------------------------------------
+
+    def pin(self, manifests: Sequence[CachedManifest]) -> None:
+        """Count ``manifests`` as held (by a plan) until :meth:`unpin`: each distinct one once,
+        whether the cache lists it or not; pinned entries are not evicted (that would free
+        nothing). Pins nest: a manifest pinned twice is unpinned twice."""
+        with self._lock:
+            for m in manifests:
+                found = self._pins.get(id(m))
+                if found is not None:
+                    found[1] += 1
+                    continue
+                self._pins[id(m)] = [m, 1]
+                size = int(m.nbytes)
+                self._pinned_bytes += size
+                if not self._cached(m):
+                    self._outside_bytes += size
+                    m._on_grow = self._grow_callback(m)
+            self._evict()
+
+    def unpin(self, manifests: Sequence[CachedManifest]) -> None:
+        """Release pins taken by :meth:`pin`; a manifest no longer pinned and not cached is
+        no longer counted (its memory goes with its last reference)."""
+        with self._lock:
+            for m in manifests:
+                found = self._pins.get(id(m))
+                if found is None or found[0] is not m:
+                    continue
+                found[1] -= 1
+                if found[1] > 0:
+                    continue
+                del self._pins[id(m)]
+                size = int(m.nbytes)
+                self._pinned_bytes -= size
+                if not self._cached(m):
+                    self._outside_bytes -= size
+                    m._on_grow = None
+
+    def over_budget(self) -> bool:
+        """Whether entries and outside bytes exceed ``max_bytes`` with every entry nobody
+        pins evicted: then only a holder releasing pins (a plan store dropping plans) can
+        bring memory back within the budget."""
+        with self._lock:
+            self._evict()
+            return self._bytes + self._outside_bytes > self.max_bytes
+
+    def charge(self, nbytes: int) -> None:
+        """Count ``nbytes`` (negative to release) that a holder keeps beside its pinned
+        manifests (a page written ahead), so the cache makes room for them too."""
+        with self._lock:
+            self._outside_bytes += nbytes
+            self._evict()
+
+    def _cached(self, m: Any) -> bool:
+        path = getattr(m, "path", None)
+        return path is not None and self._items.get(path) is m
+
+    def _grow_callback(self, m: Any) -> Callable[[int], None]:
+        key, ident = m.path, id(m)
+        return lambda grown: self._grew(key, ident, grown)
+
+    def _lookup(self, key: str) -> Any:
+        with self._lock:
+            value = self._items.get(key)
+            if value is None:
+                self._misses += 1
+                return None
+            self._hits += 1
+            self._items.move_to_end(key)
+            return value
+
+    def _store(self, key: str, value: Any) -> None:
+        size = int(value.nbytes)
+        with self._lock:
+            if size > self.max_bytes:
+                return
+            old = self._items.pop(key, None)
+            moved = False
+            if old is not None:
+                self._bytes -= int(old.nbytes)
+                if id(old) in self._pins:
+                    self._outside_bytes += int(old.nbytes)  # its holders keep it
+                    moved = True
+                elif isinstance(old, CachedManifest):
+                    old._on_grow = None
+            if id(value) in self._pins:
+                self._outside_bytes -= size  # pinned already: now counted as an entry
+            self._items[key] = value
+            self._bytes += size
+            if isinstance(value, CachedManifest):
+                value._on_grow = self._grow_callback(value)
+            over = self._evict()
+        if over or moved:
+            self._pressure()
+
+    def _grew(self, key: str, ident: int, grown: int) -> None:
+        """A manifest derived a column (from any thread): count it where it is held."""
+        outside = False
+        with self._lock:
+            value = self._items.get(key)
+            if value is not None and id(value) == ident:
+                self._bytes += grown
+            elif ident not in self._pins:
+                return
+            else:
+                self._outside_bytes += grown
+                outside = True
+            if ident in self._pins:
+                self._pinned_bytes += grown
+            over = self._evict()
+        if over or outside:
+            self._pressure()
+
+    def _evict(self) -> bool:
+        """Drop least recently used entries nobody pins until entries and outside bytes fit;
+        whether they still do not (every entry left is pinned)."""
+        if self._bytes + self._outside_bytes <= self.max_bytes:
+            return False
+        for key in list(self._items):
+            if self._bytes + self._outside_bytes <= self.max_bytes:
+                break
+            value = self._items[key]
+            if id(value) in self._pins:
+                continue  # its holders keep it: evicting it would free nothing
+            del self._items[key]
+            self._bytes -= int(value.nbytes)
+            self._evictions += 1
+            if isinstance(value, CachedManifest):
+                value._on_grow = None
+        return self._bytes + self._outside_bytes > self.max_bytes
+
+    async def _load(self, key: str, load: Callable[[], Any]) -> Any:
+        cached = self._lookup(key)
+        if cached is not None:
+            return cached
+        pending = self._loading.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._loading[key] = future
+        try:
+            value = await load()
+        except BaseException as e:
+            future.set_exception(e)
+            future.exception()  # retrieved: waiters re-raise it, nobody logs it as lost
+            raise
+        finally:
+            self._loading.pop(key, None)
+        future.set_result(value)
+        self._store(key, value)
+        return value
+
+    async def _read(self, path: str) -> bytes:
+        async with self._semaphore:
+            data = await self.io.read(path)
+        with self._lock:
+            self._bytes_read += len(data)
+        return data
+
+    async def _decode(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self.decode_in_thread:
+            return await asyncio.to_thread(fn, *args)
+        return fn(*args)
+
+    # -- manifest lists ---------------------------------------------------------------------
+
+    async def manifest_list(self, snapshot: Snapshot) -> list[ManifestFile]:
+        """The manifests of a snapshot (v1 snapshots that list manifests directly too)."""
+        if snapshot.manifest_list is not None:
+            path = snapshot.manifest_list
+
+            async def load_list() -> _ManifestList:
+                data = await self._read(path)
+                return _ManifestList(await self._decode(_decode_list, data, path))
+
+            return list((await self._load(path, load_list)).manifests)
+        paths = tuple(snapshot.manifests or ())
+        key = f"snapshot-manifests:{snapshot.snapshot_id}:" + "\x00".join(paths)
+
+        async def load_v1() -> _ManifestList:
+            rows = []
+            for path in paths:
+                data = await self._read(path)
+                rows.append(_v1_manifest_file(data, path, snapshot.snapshot_id))
+            return _ManifestList(rows)
+
+        return list((await self._load(key, load_v1)).manifests)
+
+    # -- manifests --------------------------------------------------------------------------
+
+    async def manifest(
+        self, manifest: ManifestFile, specs: Mapping[int, PartitionSpec], schema: Schema
+    ) -> CachedManifest:
+        """A manifest's entries, decoded with its manifest list row (for inheritance)."""
+        path = manifest.manifest_path
+
+        async def load() -> CachedManifest:
+            store = self.store
+            if store is not None:
+                found = await self._decode(_from_store, store, manifest, specs)
+                if found is not None:
+                    return found
+            data = await self._read(path)
+            cached: CachedManifest = await self._decode(
+                CachedManifest.decode, data, manifest, specs, schema
+            )
+            if store is not None:
+                await self._decode(cached.persist, store)
+            return cached
+
+        value: CachedManifest = await self._load(path, load)
+        if self.store is not None and value.store is None:
+            value.store = self.store  # values derived from all its rows are shared there
+        return value
+
+    async def manifests(
+        self,
+        manifests: Sequence[ManifestFile],
+        specs: Mapping[int, PartitionSpec],
+        schema: Schema,
+    ) -> list[CachedManifest]:
+        """Several manifests, loaded concurrently (reads bounded by ``load_concurrency``)."""
+        return list(await asyncio.gather(*(self.manifest(m, specs, schema) for m in manifests)))
+
+
+def _from_store(
+    store: ManifestStore, manifest: ManifestFile, specs: Mapping[int, PartitionSpec]
+) -> CachedManifest | None:
+    """A manifest's columns memory-mapped from the on-disk store, or None if absent."""
+    spec = specs.get(manifest.partition_spec_id)
+    if spec is None:
+        return None  # decoding names the problem
+    stored = store.load(manifest)
+    if stored is None:
+        return None
+    return CachedManifest(
+        manifest, spec, stored.partition_type, stored.columns, stored.partitions, None
+    )
+
+
+def _decode_list(data: bytes, path: str) -> list[ManifestFile]:
+    return read_manifest_list(data, location=path)
+
+
+def _v1_manifest_file(data: bytes, path: str, snapshot_id: int) -> ManifestFile:
+    meta = read_manifest_metadata(data, location=path)
+    try:
+        spec_id = int(meta.get("partition-spec-id", "0"))
+    except ValueError:
+        raise InvalidFileError(path, "partition-spec-id metadata is not an integer") from None
+    return ManifestFile(
+        manifest_path=path,
+        manifest_length=len(data),
+        partition_spec_id=spec_id,
+        content=ManifestContent.DATA,
+        sequence_number=0,
+        min_sequence_number=0,
+        added_snapshot_id=snapshot_id,
+    )
+
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "CacheStats",
+    "CachedManifest",
+    "FilePruner",
+    "ManifestCache",
+    "ManifestDecodeMismatch",
+    "ManifestRows",
+    "PruneCounts",
+    "arrow_storage_type",
+    "arrow_to_values",
+    "decode_bounds",
+    "metrics_leaf_mask",
+    "partition_leaf_mask",
+    "values_to_arrow",
+]
