@@ -14,6 +14,9 @@ manifests with many thousands of entries: the Avro schema is converted and parse
 (partition type, format version), each entry becomes a dict through a precomputed function
 per format version, and reading resolves the file's column names by field id once per file
 and then runs one closure per entry.
+
+Why one module past 800 lines: reading and writing share the per-format-version Avro schemas
+and entry converters, built once here; apart, each half would derive its own and could drift.
 """
 
 from __future__ import annotations

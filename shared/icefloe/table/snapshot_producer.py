@@ -35,6 +35,9 @@ sequence numbers null, to be inherited from the manifest list of whichever attem
 and the snapshot id is fixed for the operation's lifetime. Only the manifests that depend
 on the base (rewritten or merged ones) and the manifest list are written per attempt. The
 snapshot id doubles as the marker that resolves an unknown commit outcome.
+
+Why one module past 800 lines: the operations share one producer (above), whose retry loop,
+manifest reuse and validation are the point; split by operation, each would repeat them.
 """
 
 from __future__ import annotations
