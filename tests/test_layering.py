@@ -4,8 +4,8 @@ that speaks Kafka, HTTP or Spark, so it stays usable, and reviewable, on its own
 
 The layering between the core's packages, and between the service packages, is
 import-linter's (``[tool.importlinter]`` in pyproject.toml, run by ``make check``); these
-tests keep its contracts covering every package, and find import cycles in all shipped code,
-including those through imports inside functions, which import-linter does not follow."""
+tests keep its contracts covering every package, and find import cycles anywhere in shipped code
+(core and services, through imports inside functions and under ``TYPE_CHECKING`` too)."""
 
 from __future__ import annotations
 
