@@ -76,16 +76,6 @@ def test_the_import_contracts_cover_every_service_package() -> None:
     }
 
 
-# Import cycles in shipped code (the core and the services) still present, each as the
-# sorted names of its modules. Only ever shrink this: each entry must still be a cycle (the
-# test below says when one is gone), and no other cycle may appear.
-KNOWN_CYCLES: set[tuple[str, ...]] = {
-    # The Spark writer and compaction share the job staging and commit protocol; issue #21
-    # moves it into a module of its own (another branch). Remove this entry once merged.
-    ("icefloe.spark.compaction", "icefloe.spark.writer"),
-}
-
-
 def modules_under(root: Path) -> dict[str, Path]:
     """Dotted name → file of every module under a source root (a package is its
     ``__init__.py``)."""
@@ -185,7 +175,7 @@ def test_shipped_modules_import_each_other_without_cycles() -> None:
     graph = shipped_import_graph()
     assert any(name.startswith("icefloe.coordinator") for name in graph), "services not found"
     assert "icefloe.spec.schema" in graph, "core modules not found"
-    new = import_cycles(graph) - KNOWN_CYCLES
+    new = import_cycles(graph)
     shown = [
         " ↔ ".join(cycle)
         + ": "
@@ -193,12 +183,6 @@ def test_shipped_modules_import_each_other_without_cycles() -> None:
         for cycle in sorted(new)
     ]
     assert not new, "import cycles in shipped code:\n" + "\n".join(shown)
-
-
-def test_known_import_cycles_are_still_cycles() -> None:
-    """Once a known cycle is cut, its entry goes, so it cannot come back unnoticed."""
-    gone = KNOWN_CYCLES - import_cycles(shipped_import_graph())
-    assert not gone, f"cut, so remove from KNOWN_CYCLES: {sorted(gone)}"
 
 
 # The modules that stay at the top of the core: the cross-cutting ones. Everything else
