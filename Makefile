@@ -25,8 +25,11 @@ typecheck:
 imports:
 	$(VENV)/bin/lint-imports
 
+# A worker per core (`-n auto`; at most 4, since each worker starts the servers and JVMs
+# its tests ask for), each test file on one worker (`--dist loadfile`), so module-scoped
+# fixtures start once per file as in a serial run.
 test: check docs
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q --durations=15 -n auto --maxprocesses=4 --dist loadfile
 
 # The fast tier, to run constantly while developing: the core's unit tests and the
 # coordinator's state machines, no servers, a fifth of the Hypothesis examples (the `fast`
