@@ -48,8 +48,8 @@ from icefloe.dev.bench import BenchContext, Figure, benchmark
 from icefloe.dev.bench_upsert import (
     SOURCE,
     Batch,
-    _batch_files,
-    _Run,
+    UpsertRun,
+    batch_files,
     change_batches,
     commit_upserts,
     fold,
@@ -128,7 +128,7 @@ def java_merge_benchmark(ctx: BenchContext) -> list[Figure]:
     work = sum(b.keys.num_rows for b in batches)
     try:
         with asyncio.Runner() as runner:
-            run = _Run(runner, version)
+            run = UpsertRun(runner, version)
             try:
                 return [_figure(ctx, run, java, batches, expected, work, commits)]
             finally:
@@ -139,7 +139,7 @@ def java_merge_benchmark(ctx: BenchContext) -> list[Figure]:
 
 def _figure(
     ctx: BenchContext,
-    run: _Run,
+    run: UpsertRun,
     java: Any,
     batches: Sequence[Batch],
     expected: pa.Table,
@@ -183,7 +183,7 @@ def _figure(
 
     def icefloe_upserts() -> None:
         table: Table = state["icefloe"]
-        files = _batch_files(table, batches)  # the writer's Parquet: MERGE writes its own
+        files = batch_files(table, batches)  # the writer's Parquet: MERGE writes its own
         committer = TableCommitter(run.catalog, table.identifier, SOURCE)
         run.runner.run(commit_upserts(committer, table, files))
 
@@ -216,7 +216,7 @@ def _figure(
                 commit_upserts(
                     TableCommitter(run.catalog, state["icefloe"].identifier, SOURCE),
                     state["icefloe"],
-                    _batch_files(state["icefloe"], batches[:1]),
+                    batch_files(state["icefloe"], batches[:1]),
                 )
             ),
             JAVA_MERGE: lambda: java.sql(warehouse, merge_statement(state["java"], sources[0])),

@@ -31,12 +31,12 @@ from icefloe.dev.bench import BenchContext, Figure, Kind, Timing, benchmark
 from icefloe.dev.bench_planner import generate
 from icefloe.dev.bench_planner_service import (
     TABLE,
-    _quantile,
-    _register,
-    _serving_threads,
     planner_env,
     probe_healthz,
+    quantile,
+    register_table,
     rss_bytes,
+    serving_threads,
     wait_healthy,
 )
 from icefloe.dev.local_stack import free_port
@@ -170,7 +170,7 @@ async def run_hostile(
     long (they finish the plans in flight); also the peak RSS meanwhile."""
     import json
 
-    threads = _serving_threads(pid)
+    threads = serving_threads(pid)
     idle = await _probe_for(url, seconds, threads)
     bodies = {
         k: json.dumps({"filter": make()}, separators=(",", ":")).encode()
@@ -197,7 +197,7 @@ async def run_hostile(
 
 
 def _ms(values: list[float], q: float) -> float:
-    return _quantile(values, q) * 1000
+    return quantile(values, q) * 1000
 
 
 @benchmark("planner-hostile")
@@ -211,7 +211,7 @@ async def planner_hostile_benchmark(ctx: BenchContext) -> list[Figure]:
     try:
         warehouse = root / "warehouse"
         generate(warehouse / "db", files, 500, "events")
-        await _register(warehouse)
+        await register_table(warehouse)
         return await _serve_hostile(ctx, warehouse, files, clients, level_ms / 1000)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -256,8 +256,8 @@ async def _serve_hostile(
         Figure(
             f"{label}, /healthz p99",
             "ms",
-            Timing(seconds=(_quantile(busy.health, 0.99),), work=1),
-            {"/healthz p99 idle": Timing(seconds=(_quantile(idle.health, 0.99),), work=1)},
+            Timing(seconds=(quantile(busy.health, 0.99),), work=1),
+            {"/healthz p99 idle": Timing(seconds=(quantile(idle.health, 0.99),), work=1)},
             kind=Kind.LATENCY,
         )
     ]

@@ -25,12 +25,12 @@ from typing import Any
 from icefloe.dev.bench import BenchContext, Figure, benchmark
 from icefloe.dev.bench_planner import generate, scans
 from icefloe.dev.bench_planner_service import (
-    _full_plan,
-    _held_curve,
-    _metric,
-    _register,
-    _run_level,
+    full_plan,
+    held_curve,
+    metric_value,
     planner_env,
+    register_table,
+    run_level,
     wait_healthy,
 )
 from icefloe.dev.local_stack import free_port
@@ -74,18 +74,18 @@ async def measure_budget(
         async with aiohttp.ClientSession(connector=connector) as session:
             await wait_healthy(session, url)
             for clients in LOAD_CLIENTS:
-                await _run_level(session, url, {"filter": selective}, clients, seconds)
+                await run_level(session, url, {"filter": selective}, clients, seconds)
             for fetchers in (1, 4):
-                await _full_plan(url, fetchers)
-            await _held_curve(session, url, process.pid, selective, HELD)
+                await full_plan(url, fetchers)
+            await held_curve(session, url, process.pid, selective, HELD)
             peak = peak_rss(process.pid)
             async with session.get(url + "/metrics") as r:
                 text = await r.text()
         figures = {
-            name: _metric(text, f"icefloe_planner_{name}")
+            name: metric_value(text, f"icefloe_planner_{name}")
             for name in ("memory_bytes", "cache_bytes", "plan_bytes", "pages_ahead_bytes")
         }
-        figures["plans_dropped_for_memory_total"] = _metric(
+        figures["plans_dropped_for_memory_total"] = metric_value(
             text, "icefloe_planner_plans_dropped_for_memory_total"
         )
         return peak, figures
@@ -109,7 +109,7 @@ async def planner_memory_benchmark(ctx: BenchContext) -> list[Figure]:
     try:
         warehouse = root / "warehouse"
         generate(warehouse / "db", files, 5_000 if files >= 50_000 else 1_000, "events")
-        await _register(warehouse)
+        await register_table(warehouse)
         selective = scans(files)["selective"]
         assert selective is not None
         overheads = []

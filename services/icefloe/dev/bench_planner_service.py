@@ -85,7 +85,7 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
-async def _register(warehouse: Path) -> None:
+async def register_table(warehouse: Path) -> None:
     """Check the generated table is where the filesystem catalog keeps ``db.events``."""
     catalog = FileSystemCatalog("bench", str(warehouse), LocalFileIO())
     try:
@@ -114,7 +114,7 @@ class Level:
     health_cpu: list[float]  # event-loop CPU seconds the serving processes spent per probe
 
 
-def _serving_threads(pid: int) -> list[Path]:
+def serving_threads(pid: int) -> list[Path]:
     """The schedstat files of the event-loop (main) threads that serve requests: ``pid``'s
     own, or its worker processes' with ``--workers`` (the supervisor serves nothing)."""
     children = Path(f"/proc/{pid}/task/{pid}/children")
@@ -218,7 +218,7 @@ class _NoPlanFinished(LoadGeneratorError):
     machine's load (a plan slower than the whole run), not a failure."""
 
 
-async def _run_level(
+async def run_level(
     session: Any, url: str, body: dict[str, Any], clients: int, seconds: float, pid: int = 0
 ) -> Level:
     """One load level; a run that finished no plan (and met no error) is run again for twice
@@ -248,7 +248,7 @@ async def _run_level_once(
     # waited behind, whatever share of the cores the planner got (with several processes,
     # all of theirs: an upper bound for the one that answered).
     health_cpu: list[float] = []
-    threads = _serving_threads(pid) if pid else []
+    threads = serving_threads(pid) if pid else []
     peak = 0
     done = asyncio.Event()
 
@@ -328,7 +328,7 @@ async def _run_level_once(
 FULL_PLAN_FETCHERS = (1, 4)
 
 
-async def _full_plan(url: str, fetchers: int = 1) -> tuple[float, int, int]:
+async def full_plan(url: str, fetchers: int = 1) -> tuple[float, int, int]:
     """A full plan fetched to its last page by ``fetchers`` concurrent fetches: seconds,
     tasks and bytes received. The client has connections of its own (a reader's REST
     client, not the load generator's pool of 150: with several planner processes those
@@ -365,17 +365,17 @@ async def _fetch_full_plan(session: Any, url: str, fetchers: int) -> tuple[float
 
 
 def _p99(values: list[float]) -> float:
-    return _quantile(values, 0.99)
+    return quantile(values, 0.99)
 
 
-def _quantile(values: list[float], q: float) -> float:
+def quantile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
 
 
-def _metric(text: str, name: str) -> float:
+def metric_value(text: str, name: str) -> float:
     for line in text.splitlines():
         if line.startswith(name + " "):
             return float(line.split()[1])
@@ -449,11 +449,11 @@ async def _serve(
             rss_idle = rss_bytes(process.pid)
             # Warm every process (connections spread over them by the kernel): its cache,
             # compiled filters and connections.
-            await _run_level(session, url, {"filter": selective}, workers * 8, 3)
+            await run_level(session, url, {"filter": selective}, workers * 8, 3)
             rss_warm = rss_bytes(process.pid)
             overheads: list[float] = []
             for clients in CLIENT_LEVELS:
-                level = await _run_level(
+                level = await run_level(
                     session, url, {"filter": selective}, clients, seconds, process.pid
                 )
                 figures.append(
@@ -480,17 +480,17 @@ async def _serve(
                     f"{level.requests / max(level.planner_cpu, 1e-3):.0f} plans per planner "
                     f"CPU-second ({level.planner_cpu / level.elapsed:.2f} cores busy), plan "
                     f"p50 {level.p50 * 1000:.1f} ms, p99 {level.p99 * 1000:.1f} ms; /healthz "
-                    f"p50 {_quantile(level.health, 0.5) * 1000:.1f} ms, p99 "
+                    f"p50 {quantile(level.health, 0.5) * 1000:.1f} ms, p99 "
                     f"{_p99(level.health) * 1000:.1f} ms over {len(level.health)} probes (the "
                     "serving event loops ran p50 "
-                    f"{_quantile(level.health_cpu, 0.5) * 1000:.1f} ms, p99 "
+                    f"{quantile(level.health_cpu, 0.5) * 1000:.1f} ms, p99 "
                     f"{_p99(level.health_cpu) * 1000:.1f} ms of CPU meanwhile); "
                     f"load generator {level.client_cpu / level.elapsed:.2f} cores; peak RSS "
                     f"{level.rss_peak / 2**20:.0f} MiB; load average {os.getloadavg()[0]:.1f}"
                 )
             if full_peer is not None:
                 for fetchers in FULL_PLAN_FETCHERS:
-                    full = [await _full_plan(url, fetchers) for _ in range(2)]
+                    full = [await full_plan(url, fetchers) for _ in range(2)]
                     seconds, tasks, size = min(full)
                     how = "one page at a time" if fetchers == 1 else f"{fetchers} fetchers"
                     figures.append(
@@ -506,7 +506,7 @@ async def _serve(
                         f"{label}: full plan over HTTP ({how}), {tasks:,} tasks in "
                         f"{size / 2**20:.0f} MiB of JSON pages, {seconds * 1000:.0f} ms warm"
                     )
-            curve = await _held_curve(session, url, process.pid, selective)
+            curve = await held_curve(session, url, process.pid, selective)
             overheads += [rss - used for _, rss, _, _, _, used in curve]
     finally:
         process.send_signal(signal.SIGTERM)
@@ -537,7 +537,7 @@ def cache_budget(files: int) -> int:
     return max(512 << 20, files << 10)
 
 
-async def _held_curve(
+async def held_curve(
     session: Any,
     url: str,
     pid: int,
@@ -570,9 +570,9 @@ async def _held_curve(
             rss = rss_bytes(pid)
             async with session.get(url + "/metrics") as r:
                 metrics = await r.text()
-            cache = int(_metric(metrics, "icefloe_planner_cache_bytes"))
-            outside = int(_metric(metrics, "icefloe_planner_plan_bytes"))
-            pinned = int(_metric(metrics, "icefloe_planner_plan_pinned_bytes"))
+            cache = int(metric_value(metrics, "icefloe_planner_cache_bytes"))
+            outside = int(metric_value(metrics, "icefloe_planner_plan_bytes"))
+            pinned = int(metric_value(metrics, "icefloe_planner_plan_pinned_bytes"))
             out.append((target, rss, cache, outside, pinned, _budgets_used(metrics)))
     return out
 
@@ -581,8 +581,8 @@ def _budgets_used(metrics: str) -> int:
     """Bytes of decoded manifests the planner accounts for (its cache's entries and what
     held plans keep outside it: one budget), from /metrics (with several processes, the
     one that answered)."""
-    cache = _metric(metrics, "icefloe_planner_cache_bytes")
-    plans = _metric(metrics, "icefloe_planner_plan_bytes")
+    cache = metric_value(metrics, "icefloe_planner_cache_bytes")
+    plans = metric_value(metrics, "icefloe_planner_plan_bytes")
     return int(cache + plans)
 
 
@@ -595,7 +595,7 @@ async def _service_figures(
 ) -> list[Figure]:
     warehouse = directory / "warehouse"
     generated = generate(warehouse / "db", files, per_manifest, "events")
-    await _register(warehouse)
+    await register_table(warehouse)
     selective = scans(files)["selective"]
     assert selective is not None
     pyiceberg = PyIceberg(generated)

@@ -146,7 +146,7 @@ def _key_file(table: Table, keys: pa.Table, name: str) -> DataFile:
     return written.copy(content=DataFileContent.EQUALITY_DELETES, equality_ids=[1])
 
 
-def _batch_files(
+def batch_files(
     table: Table, batches: Sequence[Batch], first: int = 0
 ) -> list[tuple[DataFile, DataFile]]:
     return [
@@ -247,7 +247,7 @@ def _checked(
             raise AssertionError(f"{location}: the rows read are not the fold of the batches")
 
 
-class _Run:
+class UpsertRun:
     """The tables of one timed run, in one file-system catalog under a temporary root."""
 
     def __init__(self, runner: asyncio.Runner, version: int) -> None:
@@ -283,7 +283,7 @@ def upsert_benchmark(ctx: BenchContext) -> list[Figure]:
     expected = fold(batches)
     work = sum(b.keys.num_rows for b in batches)
     with asyncio.Runner() as runner:
-        run = _Run(runner, version)
+        run = UpsertRun(runner, version)
         try:
             figures = _figures(ctx, run, batches, expected, work, commits)
             figures.append(_big_table_figure(ctx, run, batch))
@@ -295,7 +295,7 @@ def upsert_benchmark(ctx: BenchContext) -> list[Figure]:
 
 def _figures(
     ctx: BenchContext,
-    run: _Run,
+    run: UpsertRun,
     batches: Sequence[Batch],
     expected: pa.Table,
     work: int,
@@ -308,7 +308,7 @@ def _figures(
     def setup(which: str, count: int) -> Callable[[], None]:
         def make() -> None:
             tables[which] = run.table(which)
-            files[which] = _batch_files(tables[which], batches[:count])
+            files[which] = batch_files(tables[which], batches[:count])
 
         return make
 
@@ -458,7 +458,7 @@ def _reading(
     return lambda: _checked(read, location, expected, full=full)
 
 
-def _big_table_figure(ctx: BenchContext, run: _Run, batch: int) -> Figure:
+def _big_table_figure(ctx: BenchContext, run: UpsertRun, batch: int) -> Figure:
     """One upsert batch committed on a table of ``big_rows`` rows, in steady state: the
     committer's key index already holds the table (the cold first commit is a note)."""
     rows = ctx.size("big_rows", full=1_000_000, quick=100_000)
@@ -483,7 +483,7 @@ def _big_table_figure(ctx: BenchContext, run: _Run, batch: int) -> Figure:
 
     def setup(which: str) -> Callable[[], None]:
         def make() -> None:
-            staged[which] = _batch_files(tables[which], [one], first=done[which])
+            staged[which] = batch_files(tables[which], [one], first=done[which])
             done[which] += 1
 
         return make
@@ -520,7 +520,7 @@ def _big_table_figure(ctx: BenchContext, run: _Run, batch: int) -> Figure:
     )
 
 
-def _million_files_figure(ctx: BenchContext, run: _Run, batch: int) -> Figure:
+def _million_files_figure(ctx: BenchContext, run: UpsertRun, batch: int) -> Figure:
     """One upsert batch committed on a v3 table of ``files`` data files (1M; the commit-path
     benchmark's generated table, partitioned by day and user bucket, with a DV on every
     500th file, made keyed on ``id``), beside the same batch as data + equality deletes.

@@ -18,6 +18,7 @@ from test_spark_compact import _lineage
 from test_spark_upsert_commit import SCHEMA, check_storage, table_rows
 
 import icefloe.spark as ispark
+from icefloe.coordinator.compactor import AUTO_ENABLED
 from icefloe.deletes.index import is_deletion_vector
 from icefloe.spec.datafile import DataFileContent
 from icefloe.table.health import table_health
@@ -36,7 +37,10 @@ def upsert(spark: SparkSession, stack: Any, name: str, rows: list[tuple[int, str
 def test_compaction_applies_upsert_deletes_and_later_upserts_find_the_moved_rows(
     spark: SparkSession, spark_stack: Any, format_version: int
 ) -> None:
-    name = spark_stack.create_table(SCHEMA, format_version=format_version)
+    # Spark compacts here (as a user who turned the coordinator's compaction off does)
+    name = spark_stack.create_table(
+        SCHEMA, properties={AUTO_ENABLED: "false"}, format_version=format_version
+    )
     upsert(spark, spark_stack, name, [(i, "eu", i) for i in range(100)])
     upsert(spark, spark_stack, name, [(i, "us", i * 10) for i in range(50, 80)])
     gone = spark.createDataFrame([(i,) for i in range(10)], "id long")
