@@ -760,6 +760,28 @@ async def test_the_store_keeps_within_its_disk_budget(tmp_path: Any) -> None:
     assert 1 <= len(list((tmp_path / "store").glob("*.arrow"))) <= 3
 
 
+def test_concurrent_writers_keep_the_store_count_equal_to_the_disk(tmp_path: Any) -> None:
+    """Planning threads save to one store at once, with a budget small enough that shrinks
+    run between their writes; the store's count must stay what is on disk, within budget
+    (a shrink recounting between another thread's rename and its count lost that file)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rows = _store_manifests(tmp_path, 4)
+    array = pa.array([f"text {i}" * 20 for i in range(400)], pa.string())
+    probe = ManifestStore(tmp_path / "probe", 64 << 20)
+    probe.save_derived(rows[0], "probe", array)
+    store = ManifestStore(tmp_path / "store", probe.bytes * 5)
+
+    def save(i: int) -> bool:
+        return store.save_derived(rows[i % len(rows)], f"d{i % 13}", array)
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(save, range(400)))
+    on_disk = sum(p.stat().st_size for p in (tmp_path / "store").glob("*.arrow"))
+    assert on_disk == store.bytes <= store.max_bytes
+    assert not list((tmp_path / "store").glob("*.tmp"))
+
+
 async def test_a_derived_value_is_shared_through_the_store_and_a_damaged_one_made_again(
     tmp_path: Any,
 ) -> None:

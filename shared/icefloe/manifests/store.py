@@ -198,18 +198,22 @@ class ManifestStore:
                 writer.write_batch(batch)
             size = os.path.getsize(tmp)
             target = self.directory / name
-            existed = target.exists()
-            os.replace(tmp, target)
+            # Placing the file, counting it and shrinking are one step under the lock: a
+            # shrink recounts the directory, and one running between another thread's
+            # rename and its count would drop that file from the count (or count it twice).
+            with self._lock:
+                try:
+                    replaced = target.stat().st_size
+                except FileNotFoundError:
+                    replaced = 0
+                os.replace(tmp, target)
+                self.writes += 1
+                self._bytes += size - replaced
+                if self._bytes > self.max_bytes:
+                    self._shrink()
         except BaseException:
             with_suppressed_unlink(tmp)
             raise
-        with self._lock:
-            self.writes += 1
-            if not existed:
-                self._bytes += size
-            over = self._bytes > self.max_bytes
-        if over:
-            self._shrink()
         return True
 
     def save(
@@ -242,16 +246,17 @@ class ManifestStore:
             return False
 
     def _remove(self, path: Path) -> None:
-        try:
-            size = path.stat().st_size
-            path.unlink()
-        except OSError:
-            return
         with self._lock:
+            try:
+                size = path.stat().st_size
+                path.unlink()
+            except OSError:
+                return
             self._bytes = max(0, self._bytes - size)
 
     def _shrink(self) -> None:
-        """Delete the least recently written files until 90% of the budget is used."""
+        """Delete the least recently written files until 90% of the budget is used; called
+        with the lock held."""
         files = []
         for p in self._files():
             try:
@@ -270,8 +275,7 @@ class ManifestStore:
             except OSError:
                 continue
             total -= size
-        with self._lock:
-            self._bytes = total
+        self._bytes = total
 
 
 def with_suppressed_unlink(path: str) -> None:
