@@ -272,6 +272,23 @@ class TableCommitter:
         applying each new snapshot's own manifest entries to the last known set)."""
         return (await self._live_files(metadata, branch, with_data=False)).paths
 
+    async def added_paths(self, metadata: TableMetadata, snapshot_id: int) -> set[str] | None:
+        """Paths of the files snapshot ``snapshot_id`` itself added, or None when the table
+        no longer has it (expired). Proves a replay whose files a later rewrite or delete
+        has removed since: they were committed, only no longer live."""
+        snapshot = metadata.snapshot_by_id(snapshot_id)
+        if snapshot is None:
+            return None
+        specs = metadata.specs()
+        paths: set[str] = set()
+        for manifest in await self.reader.manifests(snapshot):
+            if manifest.added_snapshot_id != snapshot_id:
+                continue
+            for entry in await self.reader.entries(manifest, specs):
+                if entry.snapshot_id == snapshot_id and entry.status == ManifestEntryStatus.ADDED:
+                    paths.add(entry.data_file.file_path)
+        return paths
+
     async def live_data_files(self, metadata: TableMetadata, branch: str) -> dict[str, DataFile]:
         """The data files live in ``branch``, by path (kept up to date like
         :meth:`live_paths`; for keyed tables, whose upserts resolve keys to them)."""

@@ -563,10 +563,26 @@ class TableWorker:
                     self.coordinator.metrics.skipped.labels("replayed").inc()
                     self.batcher.release(record.offset)
                     return
-            if all(path in paths for path in _committed_paths(event)):
+            wanted = _committed_paths(event)
+            if all(path in paths for path in wanted):
                 self.coordinator.metrics.skipped.labels("replayed").inc()
                 self.batcher.release(record.offset)
                 return
+            snapshot_id = self.batcher.committed_snapshot(event.commit_id)
+            if snapshot_id is not None:
+                # Not live any more, but perhaps committed: a rewrite (the coordinator's own
+                # compaction, an engine's) or a delete removed them since. Such files are in
+                # older snapshots, so they must not be reported as deletable.
+
+                async def added() -> set[str] | None:
+                    table = await self.committer.current()
+                    return await self.committer.added_paths(table.metadata, snapshot_id)
+
+                committed = await self._retrying("reading the committed snapshot", added)
+                if committed is not None and all(path in committed for path in wanted):
+                    self.coordinator.metrics.skipped.labels("replayed").inc()
+                    self.batcher.release(record.offset)
+                    return
         await self._dead_letter(
             [record.source],
             EventRejectedError(

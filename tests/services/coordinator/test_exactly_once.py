@@ -55,6 +55,7 @@ from icefloe.events import (
 )
 from icefloe.table.catalog import Catalog
 from icefloe.table.commit_index import summary_commit_ids
+from icefloe.table.snapshot_producer import delete_files
 
 pytestmark = pytest.mark.integration
 
@@ -377,6 +378,32 @@ async def test_exact_replay_after_a_restart_is_acknowledged_not_dead_lettered(
         # acknowledgement of the request behind it, in the same partition.
         assert originals(outputs, "job-9") == []
         assert set((await table_state(catalog, "db.replay")).live) == set(files)
+        assert await coordinator.stop() == 0
+
+
+async def test_a_replay_of_files_removed_since_is_acknowledged_not_reported_deletable(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """A compaction (the coordinator's own, an engine's) or a delete may remove a commit's
+    files after it: a replay of its files-written then finds them no longer live. They are
+    still in the snapshot that committed them (and its history), so the replay is
+    acknowledged, not dead-lettered as late files "that may be deleted"."""
+    async with harness(stack, tmp_path, ["db.gone"]) as (coordinator, outputs, writers, catalog):
+        coordinator.start()
+        values, files = await send_job(writers, "db.gone", "job-11", "attempt-1", n_files=2)
+        await outputs.wait_acks("job-11", 1, coordinator.alive)
+        first = outputs.acks("job-11")[0].snapshot_id
+        assert await coordinator.stop() == 0
+        table = await catalog.load_table("db.gone")
+        await delete_files(table, files).commit()  # as an engine's DELETE of whole files
+        assert not (await table_state(catalog, "db.gone")).live
+
+        coordinator.start()
+        await resend(writers, "db.gone", values)
+        await outputs.wait_acks("job-11", 2, coordinator.alive)
+        assert {e.snapshot_id for e in outputs.acks("job-11")} == {first}
+        assert originals(outputs, "job-11") == []
+        assert await holders(catalog, "db.gone", "job-11") == [first]
         assert await coordinator.stop() == 0
 
 
