@@ -15,10 +15,10 @@ import struct
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from icefloe.expressions import AlwaysTrue, rewrite_not
+from icefloe.expressions import AlwaysTrue, In, rewrite_not
 from icefloe.expressions.binding import bind
 from icefloe.expressions.evaluators import MetricsEvaluator, StrictMetricsEvaluator
 from icefloe.expressions.json_form import parse_expression
@@ -222,6 +222,9 @@ _POOL = [-2.0, -1.0, -0.0, 0.0, 1.0, 2.0]
 _OPS = ["lt", "lt-eq", "gt", "gt-eq", "eq", "not-eq", "in", "not-in"]
 
 
+@example(bounds=[-0.0, -0.0], op="in", literals=[0.0, -0.0])
+@example(bounds=[-0.0, -0.0], op="not-in", literals=[5.0, -0.0, 0.0])
+@example(bounds=[-0.0, 0.0], op="in", literals=[0.0, -0.0, 1.0])
 @given(
     bounds=st.lists(st.sampled_from(_POOL), min_size=2, max_size=2),
     op=st.sampled_from(_OPS),
@@ -261,3 +264,18 @@ def test_strict_metrics_do_not_claim_a_signed_zero_match(
     """Java's StrictMetricsEvaluator says "not every row" here; IEEE alone would say yes."""
     bound = rewrite_not(bind(SCHEMA, parse_expression(expr), True))
     assert not StrictMetricsEvaluator(SCHEMA, bound).eval(_file(0, lo, hi))
+
+
+def test_a_literal_set_keeps_both_zeros() -> None:
+    """-0.0 == 0.0 in Python: a set built by equality kept one zero, and ``x in (0.0, -0.0)``
+    bound to ``x = 0.0``, which the strict evaluator (by Double.compare) refuses for a file
+    of -0.0 only, although every row matches (found by the hypothesis law above)."""
+    unbound = parse_expression({"type": "in", "term": "x", "values": [0.0, -0.0, 0.0, 1.0]})
+    assert isinstance(unbound, In)
+    assert [math.copysign(1.0, lit.value) for lit in unbound.literals] == [1.0, -1.0, 1.0]
+    bound = bind(SCHEMA, unbound, True)
+    assert StrictMetricsEvaluator(SCHEMA, bound).eval(_file(0, -0.0, -0.0))
+    assert not StrictMetricsEvaluator(SCHEMA, bound).eval(_file(0, -0.0, 1.0))
+    both = bind(SCHEMA, parse_expression({"type": "in", "term": "x", "values": [0.0, -0.0]}))
+    assert StrictMetricsEvaluator(SCHEMA, both).eval(_file(0, -0.0, -0.0))
+    assert StrictMetricsEvaluator(SCHEMA, both).eval(_file(0, 0.0, 0.0))

@@ -43,6 +43,7 @@ from icefloe.expressions import (
     Literal,
     LiteralPredicate,
     Operation,
+    Or,
     RebuildingVisitor,
     Reference,
     SetPredicate,
@@ -53,6 +54,7 @@ from icefloe.expressions import (
     rewrite_not,
     visit,
 )
+from icefloe.expressions.literals import is_negative_zero
 from icefloe.spec.schema import Schema
 from icefloe.spec.transforms import IdentityTransform
 from icefloe.spec.types import (
@@ -558,12 +560,31 @@ def _bind_set(
 ) -> BooleanExpression:
     t = _comparable(term, describe)
     values: dict[Any, None] = {}
+    negative_zero = False
     for lit in literals:
         conv = _convert_for(lit, term, t, describe)
-        if conv.exact:  # a value the column cannot hold never equals any row
-            values[conv.floor] = None
+        if not conv.exact:  # a value the column cannot hold never equals any row
+            continue
+        value = conv.floor
+        if is_negative_zero(value):
+            # A set would collapse -0.0 into 0.0: it stays a test of its own.
+            negative_zero = True
+            continue
+        values[value] = None
+    if negative_zero and values:
+        single = Operation.EQ if op is Operation.IN else Operation.NOT_EQ
+        rest = _set_or_single(op, term, values)
+        zero = BoundLiteralPredicate(single, term, -0.0)
+        return Or(rest, zero) if op is Operation.IN else And(rest, zero)
+    if negative_zero:
+        values[-0.0] = None
     if not values:
         return AlwaysFalse() if op is Operation.IN else AlwaysTrue()
+    return _set_or_single(op, term, values)
+
+
+def _set_or_single(op: Operation, term: BoundTerm, values: dict[Any, None]) -> BoundPredicate:
+    """``op`` over the distinct ``values``: a set test, or (one value) ``=``/``!=``."""
     if len(values) == 1:
         (only,) = values
         single = Operation.EQ if op is Operation.IN else Operation.NOT_EQ

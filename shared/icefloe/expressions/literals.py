@@ -122,6 +122,13 @@ def _check_typed(value: Any, type_: PrimitiveType) -> Any:
     return value
 
 
+def is_negative_zero(value: Any) -> bool:
+    """Whether ``value`` is -0.0: equal to 0.0 in Python, but not to Java's ``Double.equals``
+    nor in the metrics' ``Double.compare`` order, so literal sets and predicate equality
+    tell the two apart (a set that lost -0.0 would change what a filter keeps)."""
+    return isinstance(value, float) and value == 0.0 and math.copysign(1.0, value) < 0
+
+
 class Literal:
     """A constant in a predicate, optionally typed.
 

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from icefloe.errors import ValidationError
 from icefloe.expressions.boolean import BooleanExpression, Not, Or
-from icefloe.expressions.literals import Literal
+from icefloe.expressions.literals import Literal, is_negative_zero
 from icefloe.expressions.operations import Operation
 from icefloe.expressions.terms import BoundReference, BoundTerm, Reference, Term, UnboundTerm
 
@@ -33,6 +33,11 @@ def _term(term: str | Term) -> UnboundTerm:
     raise ValidationError(
         f"an unbound predicate needs a column name or unbound term, got {term!r:.80}"
     )
+
+
+def _signed_key(lit: Literal) -> tuple[Literal, bool]:
+    """A literal's identity in a set (:func:`is_negative_zero`)."""
+    return lit, is_negative_zero(lit.value)
 
 
 def _literal(value: Any) -> Literal:
@@ -120,7 +125,10 @@ class SetPredicate(UnboundPredicate):
             raise ValidationError(
                 f"{self.op} needs a collection of values, got the single value {values!r:.80}"
             )
-        literals = tuple(dict.fromkeys(_literal(v) for v in values))
+        distinct: dict[tuple[Literal, bool], Literal] = {}
+        for lit in map(_literal, values):
+            distinct.setdefault(_signed_key(lit), lit)
+        literals = tuple(distinct.values())
         object.__setattr__(self, "term", _term(term))
         object.__setattr__(self, "literals", literals)
 
@@ -334,6 +342,7 @@ class BoundLiteralPredicate(BoundPredicate):
             and other.term == self.term
             and type(other.literal) is type(self.literal)
             and other.literal == self.literal
+            and is_negative_zero(other.literal) == is_negative_zero(self.literal)
         )
 
     def __hash__(self) -> int:
