@@ -12,7 +12,7 @@ Usage, from anywhere (it works on the checkout it lives in, or ``--root``)::
 
     python3 tools/tests_mirror.py             # move and rewrite, leave it uncommitted
     python3 tools/tests_mirror.py --dry-run   # only list what it would move and rewrite
-    python3 tools/tests_mirror.py --check     # exit 1, saying where each belongs, if any is out of place
+    python3 tools/tests_mirror.py --check     # exit 1 if one is out of place, naming where it goes
     python3 tools/tests_mirror.py --commit    # move, rewrite and commit that as one commit
     python3 tools/tests_mirror.py --readme    # README.md's references too (the lead's)
 
@@ -63,9 +63,12 @@ from __future__ import annotations
 
 import argparse
 import ast
+import functools
+import io
 import re
 import subprocess
 import sys
+import tokenize
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -211,15 +214,14 @@ def rel(root: Path, path: Path) -> str:
     return path.relative_to(root).as_posix()
 
 
-def bare_imports(path: Path) -> set[str]:
-    """Top-level names a file imports absolutely (``from x import``, ``import x``)."""
-    names = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.update(alias.name.split(".")[0] for alias in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            names.add(node.module.split(".")[0])
-    return names
+IMPORT = re.compile(r"^[ \t]*(?:from[ \t]+(\w+)[\w.]*[ \t]+import|import[ \t]+(\w+))", re.M)
+
+
+@functools.cache
+def bare_imports(path: Path) -> frozenset[str]:
+    """Top-level names a file imports absolutely (``from x import``, ``import x``), at any
+    depth: a line scan, not a parse (a parse of every test is seconds on a busy machine)."""
+    return frozenset(a or b for a, b in IMPORT.findall(path.read_text()))
 
 
 @dataclass
@@ -276,27 +278,67 @@ def plan(root: Path, core: Core) -> Plan:
     return Plan(moves, reasons, problems)
 
 
+# Tokens that are text, not code: strings, comments, the literal parts of f-strings (3.12+).
+STRING_TOKENS = {tokenize.STRING, tokenize.COMMENT} | {
+    getattr(tokenize, name) for name in ("FSTRING_MIDDLE",) if hasattr(tokenize, name)
+}
+
+
+def string_spans(text: str) -> list[tuple[int, int]]:
+    """Where the string literals and comments of a Python source are (offsets)."""
+    starts = [0]
+    for line in text.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    spans = []
+    for token in tokenize.generate_tokens(io.StringIO(text).readline):
+        if token.type in STRING_TOKENS:
+            (row, col), (end_row, end_col) = token.start, token.end
+            spans.append((starts[row - 1] + col, starts[end_row - 1] + end_col))
+    return spans
+
+
+def file_paths(text: str) -> list[re.Match[str]]:
+    """The ``Path(__file__)...`` expressions of a source's code (not of its strings)."""
+    if "__file__" not in text:
+        return []
+    spans = string_spans(text)
+    return [
+        match
+        for match in FILE_PATH.finditer(text)
+        if not any(start <= match.start() < end for start, end in spans)
+    ]
+
+
+def parent_index(match: re.Match[str]) -> int:
+    """``.parent`` is ``.parents[0]``, ``.parent.parent`` is ``.parents[1]``..."""
+    if match["parents"] is not None:
+        return match["parents"].count(".parent") - 1
+    return int(match["index"])
+
+
 def fix_file_paths(text: str, levels: int) -> str:
     """``Path(__file__)...`` computed ``levels`` folders deeper now: point at the same place."""
-
-    def shift(match: re.Match[str]) -> str:
-        if match["parents"] is not None:
-            index = match["parents"].count(".parent") - 1
-        else:
-            index = int(match["index"])
-        return f"Path(__file__){match['resolve'] or ''}.parents[{index + levels}]"
-
-    return FILE_PATH.sub(shift, text)
+    for match in reversed(file_paths(text)):
+        fixed = f"Path(__file__){match['resolve'] or ''}.parents[{parent_index(match) + levels}]"
+        text = text[: match.start()] + fixed + text[match.end() :]
+    return text
 
 
 def unfixable_file_uses(text: str) -> list[int]:
     """Lines that use ``__file__`` in a way ``fix_file_paths`` does not rewrite."""
-    lines = []
-    for number, line in enumerate(text.splitlines(), 1):
-        rest = FILE_PATH.sub("", line)
-        if "__file__" in rest:
-            lines.append(number)
-    return lines
+    fixable = {match.start() + len("Path(") for match in file_paths(text)}
+    return sorted(
+        token.start[0]
+        for token in tokenize.generate_tokens(io.StringIO(text).readline)
+        if token.type == tokenize.NAME
+        and token.string == "__file__"
+        and offset(text, token.start) not in fixable
+    )
+
+
+def offset(text: str, position: tuple[int, int]) -> int:
+    row, col = position
+    return sum(len(line) for line in text.splitlines(keepends=True)[: row - 1]) + col
 
 
 def text_files(root: Path, readme: bool) -> Iterable[Path]:
@@ -382,19 +424,16 @@ def layout_problems(root: Path, core: Core) -> list[str]:
                     f"runs alone (put the importer beside it, or the helper in tests/)"
                 )
         text = path.read_text()
-        for match in FILE_PATH.finditer(text):
-            if match["parents"] is not None:
-                index = match["parents"].count(".parent") - 1
-            else:
-                index = int(match["index"])
-            base = path.resolve().parents[index]
+        for match in file_paths(text):
+            base = path.resolve().parents[parent_index(match)]
             tail = re.match(r'((?:\s*/\s*"[^"{}]*")+)', text[match.end() :])
             if tail:
                 target = base.joinpath(*re.findall(r'"([^"]*)"', tail[1]))
                 if not target.exists():
+                    shown = rel(root, target) if target.is_relative_to(root) else str(target)
                     problems.append(
-                        f"{rel(root, path)} opens {rel(root, target) if target.is_relative_to(root) else target}"
-                        f", which does not exist (a path computed from __file__ before a move?)"
+                        f"{rel(root, path)} opens {shown}, which does not exist "
+                        f"(a path computed from __file__ before a move?)"
                     )
     return problems
 
