@@ -15,8 +15,8 @@ demo: setup
 check: setup lint typecheck imports
 
 lint:
-	$(VENV)/bin/ruff check shared services tests
-	$(VENV)/bin/ruff format --check shared services tests
+	$(VENV)/bin/ruff check shared services tests tools
+	$(VENV)/bin/ruff format --check shared services tests tools
 
 typecheck:
 	$(VENV)/bin/mypy
