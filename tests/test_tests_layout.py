@@ -115,6 +115,7 @@ def test_the_check_finds_what_a_move_breaks(tmp_path: Path) -> None:
                 'DATA = Path(__file__).parents[1] / "fixtures" / "plan.json"\n'  # no such file
             ),
             "tests/shared/planning/test_plans.py": "",  # not a core package
+            "docs/more.md": "tests/shared/test_errors.py, tests/shared/test_planning.py\n",
         },
     )
     problems = mirror(root, "--check").stderr
@@ -122,3 +123,4 @@ def test_the_check_finds_what_a_move_breaks(tmp_path: Path) -> None:
     assert "tests/shared/spec/test_values.py imports plan_helpers" in problems
     assert "opens tests/shared/fixtures/plan.json, which does not exist" in problems
     assert "tests/shared/planning/: no core package icefloe.planning" in problems
+    assert "docs/more.md refers to a test by its old path" in problems  # merged in later

@@ -52,10 +52,11 @@ What a run does besides ``git mv``:
   any test that now lives in a package folder, not only to those it moved in this run, so a
   reference merged in later from another branch is fixed by running it again.
 
-It is idempotent: a second run finds nothing to move or rewrite. ``--check`` also reports what
-a move cannot fix: a test folder under ``tests/shared`` that is not a core package, two test
-files with one basename, an import of a test helper that does not resolve from the
-importer's folder, a data path computed from ``__file__`` that does not exist.
+It is idempotent: a second run finds nothing to move or rewrite. ``--check`` also reports a
+reference to a test's old path, and what a move cannot fix: a test folder under
+``tests/shared`` that is not a core package, two test files with one basename, an import of a
+test helper that does not resolve from the importer's folder, a data path computed from
+``__file__`` that does not exist.
 ``tests/test_tests_layout.py`` runs ``--check`` in CI.
 """
 
@@ -107,10 +108,6 @@ FILE_PATH = re.compile(
     r"Path\(__file__\)(?P<resolve>\.resolve\(\))?"
     r"(?:(?P<parents>(?:\.parent\b)+)|\.parents\[(?P<index>\d+)\])"
 )
-
-
-class Refused(Exception):
-    """Something a human must decide; the run changes nothing."""
 
 
 @dataclass(frozen=True)
@@ -375,7 +372,7 @@ def rewrite_references(text: str, rewrites: dict[str, str]) -> str:
     if not rewrites:
         return text
     pattern = re.compile(
-        r"(?<![\w./])("
+        r"(?<![\w.])("
         + "|".join(re.escape(old) for old in sorted(rewrites, key=len)[::-1])
         + r")(?![\w])"
     )
@@ -438,6 +435,21 @@ def layout_problems(root: Path, core: Core) -> list[str]:
     return problems
 
 
+def planned_edits(root: Path, the_plan: Plan, readme: bool) -> dict[Path, str]:
+    """File → its new text: references to moved tests rewritten, moved tests' paths fixed."""
+    rewrites = reference_rewrites(root, the_plan.moves)
+    edits: dict[Path, str] = {}
+    for path in text_files(root, readme):
+        text = path.read_text()
+        new_text = rewrite_references(text, rewrites)
+        if path in the_plan.moves:
+            levels = len(the_plan.moves[path].parts) - len(path.parts)
+            new_text = fix_file_paths(new_text, levels)
+        if new_text != text:
+            edits[path] = new_text
+    return edits
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(__file__).resolve().parents[1])
@@ -458,6 +470,11 @@ def main() -> int:
                 f"{rel(root, old)} belongs in {rel(root, new.parent)}/ "
                 f"({the_plan.reasons[old]}): run python3 tools/tests_mirror.py"
             )
+        problems += [
+            f"{rel(root, path)} refers to a test by its old path: run python3 tools/tests_mirror.py"
+            for path in planned_edits(root, the_plan, args.readme)
+            if path not in the_plan.moves
+        ]
         problems += layout_problems(root, core)
         for problem in problems:
             print(problem, file=sys.stderr)
@@ -487,17 +504,7 @@ def main() -> int:
         )
         return 1
 
-    rewrites = reference_rewrites(root, the_plan.moves)
-    edits: dict[Path, str] = {}
-    for path in text_files(root, args.readme):
-        text = path.read_text()
-        new_text = rewrite_references(text, rewrites)
-        if path in the_plan.moves:
-            levels = len(the_plan.moves[path].parts) - len(path.parts)
-            new_text = fix_file_paths(new_text, levels)
-        if new_text != text:
-            edits[path] = new_text
-
+    edits = planned_edits(root, the_plan, args.readme)
     for old, new in the_plan.moves.items():
         print(f"move {rel(root, old)} → {rel(root, new)}  ({the_plan.reasons[old]})")
     for path in edits:
