@@ -15,8 +15,8 @@ demo: setup
 check: setup lint typecheck imports
 
 lint:
-	$(VENV)/bin/ruff check shared services tests
-	$(VENV)/bin/ruff format --check shared services tests
+	$(VENV)/bin/ruff check shared services tests tools
+	$(VENV)/bin/ruff format --check shared services tests tools
 
 typecheck:
 	$(VENV)/bin/mypy
@@ -37,8 +37,8 @@ test: check docs
 # 2 cores. CI runs `make test`, with every example.
 test-fast: setup
 	HYPOTHESIS_PROFILE=fast $(PY) -m pytest -q -m "not integration and not interop" \
-		tests/shared tests/test_layering.py tests/test_hypothesis_budget.py \
-		tests/services/coordinator/test_table_batcher.py
+		tests/shared tests/test_layering.py tests/test_tests_layout.py \
+		tests/test_hypothesis_budget.py tests/services/coordinator/test_table_batcher.py
 
 # The documentation site (mkdocs.yml, docs/) into site/, in strict mode: any warning (a broken
 # link or anchor, a page left out of the navigation) fails. The settings and Helm values

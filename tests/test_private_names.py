@@ -1,4 +1,4 @@
-"""No private name crosses a module boundary in shipped code, and the services import one way.
+"""No private name crosses a module boundary in shipped code.
 
 A leading underscore says "this module's own business": a private helper another module
 imports (``from icefloe.spark.writer import _delete``) or reaches through a module
@@ -7,17 +7,13 @@ feet. Give it a public name in the module it belongs to (often a new one, as the
 staging protocol got :mod:`icefloe.spark.staging`). The check reads the source, so it sees
 imports inside functions too.
 
-Import cycles among the service modules are checked here as :mod:`test_layering` checks
-them in the core: a cycle, even through an import inside a function or under
-``TYPE_CHECKING``, means two modules share a piece that belongs in a third.
+Import cycles, in the services as in the core, are :mod:`test_layering`'s.
 """
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
-
-from test_layering import import_cycles
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCE_ROOTS = (ROOT / "shared" / "icefloe", ROOT / "services" / "icefloe")
@@ -118,44 +114,3 @@ def test_the_check_sees_imports_and_module_attributes(tmp_path: Path) -> None:
             "line 6: aa._hidden",
         ]
     )
-
-
-def service_imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
-    """The service modules ``name`` imports, anywhere in the file (``from icefloe.x import
-    y`` counts as importing ``icefloe.x.y`` when that is a module, else ``icefloe.x``)."""
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            candidates = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = absolute(node, name, path)
-            candidates = [f"{base}.{alias.name}" for alias in node.names]
-        else:
-            continue
-        for candidate in candidates:
-            while candidate and candidate not in modules:
-                candidate = candidate.rpartition(".")[0]
-            if candidate and candidate != name:
-                found.add(candidate)
-    return found
-
-
-def test_service_modules_import_each_other_without_cycles() -> None:
-    modules = module_names((SOURCE_ROOTS[1],))
-    graph = {name: service_imports(name, path, modules) for name, path in modules.items()}
-    # A package's __init__ re-exports its modules: an edge from a module to its own package
-    # is the module importing a sibling through the package, not a cycle of concepts.
-    for name in graph:
-        graph[name] = {
-            other
-            for other in graph[name]
-            if not (name.startswith(other + ".") and modules[other].name == "__init__.py")
-        }
-    cycles = import_cycles(graph)
-    shown = [
-        " ↔ ".join(cycle)
-        + ": "
-        + "; ".join(f"{a} → {b}" for a in cycle for b in sorted(graph[a] & set(cycle)))
-        for cycle in sorted(cycles)
-    ]
-    assert not cycles, "import cycles among service modules:\n" + "\n".join(shown)

@@ -1,7 +1,7 @@
 """The coordinator takes the planner's disk cache setting (ICEFLOE_PLANNER_CACHE_DIR) and
 persists the manifests it commits there, in the background after the commit, with the
 fills' outcomes in its /metrics (the mechanism itself is tested in
-tests/shared/test_commit_persists_decoded.py and tests/shared/test_decoded_writer.py)."""
+tests/shared/manifests/test_commit_persists_decoded.py and tests/shared/manifests/test_decoded_writer.py)."""
 
 from __future__ import annotations
 

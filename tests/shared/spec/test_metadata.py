@@ -26,7 +26,7 @@ from icefloe.spec.snapshot import Operation, SnapshotRefType
 from icefloe.spec.types import LongType
 
 # Apache Iceberg's conformance files, copied into the repository (tests/fixtures)
-CONFORMANCE = Path(__file__).resolve().parents[1] / "fixtures" / "conformance" / "table-metadata"
+CONFORMANCE = Path(__file__).resolve().parents[2] / "fixtures" / "conformance" / "table-metadata"
 VALID = ["V1Valid.json", "V2Valid.json", "V2ValidMinimal.json", "V3ValidMinimal.json"]
 
 

@@ -39,7 +39,7 @@ from icefloe.spec.types import (
 )
 
 # Apache Iceberg's conformance files, copied into the repository (tests/fixtures)
-CONFORMANCE = Path(__file__).resolve().parents[1] / "fixtures" / "conformance" / "table-metadata"
+CONFORMANCE = Path(__file__).resolve().parents[2] / "fixtures" / "conformance" / "table-metadata"
 
 SCHEMA = Schema(
     NestedField(1, "x", LongType(), required=True),

@@ -23,7 +23,7 @@ from icefloe.deletes.puffin import read_footer
 from icefloe.errors import InvalidFileError, ValidationError
 from icefloe.spec.datafile import DataFile, DataFileContent
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "java"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "java"
 
 # Positions spread over several 32-bit keys, with dense runs (run and bitmap containers).
 positions = st.one_of(

@@ -3,7 +3,7 @@
 A commit returns while the fill is still blocked; a fill that is dropped (queue full) or
 fails (a store that raises, bytes that do not decode) is counted and logged, never raised,
 and the planner then plans the same answer by decoding those manifests itself. Real
-file-system tables, as in tests/shared/test_commit_persists_decoded.py.
+file-system tables, as in tests/shared/manifests/test_commit_persists_decoded.py.
 """
 
 from __future__ import annotations

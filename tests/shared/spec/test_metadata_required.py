@@ -12,7 +12,7 @@ import pytest
 from icefloe.errors import ValidationError
 from icefloe.spec.metadata import TableMetadata
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "conformance" / "table-metadata"
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "conformance" / "table-metadata"
 
 
 def _v1() -> dict[str, Any]:
