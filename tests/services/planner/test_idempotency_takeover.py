@@ -1,0 +1,127 @@
+"""An ``Idempotency-Key``'s lease taken over after its replica died mid-request.
+
+Two real planner processes share one Redis catalog; replica A reaches Redis through a
+:class:`FreezingProxy`, which stops it at an exact point of a request with a key, and A is
+then killed with SIGKILL while it holds the key's lease. The same request retried on
+replica B, before and after the lease runs out, must leave exactly one commit in the table
+(not two, not none) and get one answer, replayed to every later retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import signal
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from freezing_proxy import FreezingProxy
+from planner_process import planner_process
+
+from icefloe.catalog.uri import load_catalog
+
+pytestmark = pytest.mark.integration
+
+ID: dict[str, Any] = {"id": 1, "name": "id", "type": "long", "required": True}
+SCHEMA = {"type": "struct", "schema-id": 0, "fields": [ID]}
+EVOLVE = {
+    # What an engine sends to add a column: the schema it read, then the new one.
+    "requirements": [{"type": "assert-current-schema-id", "current-schema-id": 0}],
+    "updates": [
+        {
+            "action": "add-schema",
+            "schema": {
+                "type": "struct",
+                "schema-id": 1,
+                "fields": [
+                    ID,
+                    {"id": 2, "name": "note", "type": "string", "required": False},
+                ],
+            },
+            "last-column-id": 2,
+        },
+        {"action": "set-current-schema", "schema-id": -1},
+    ],
+}
+LEASE_S = "1.5"
+
+
+async def _kill_at(
+    marker: bytes, redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[list[tuple[int, Any, dict[str, str]]], Any]:
+    """Replica A stopped at the first Redis command holding ``marker`` during an
+    idempotent schema change, then killed; the same request retried three times on B.
+    Returns the retries' (status, body, headers) and the table as the catalog has it."""
+    monkeypatch.setenv("ICEFLOE_REST_IDEMPOTENCY_LEASE_S", LEASE_S)
+    warehouse = tmp_path / "wh"
+    prefix = f"p{uuid.uuid4().hex[:10]}"
+    direct = f"{redis_server}?warehouse={warehouse}&prefix={prefix}"
+    path = "/v1/namespaces/db/tables/t"
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    async with (
+        FreezingProxy(redis_server) as proxy,
+        aiohttp.ClientSession() as session,
+        planner_process(
+            warehouse, session, catalog=f"{proxy.url}?warehouse={warehouse}&prefix={prefix}"
+        ) as (url_a, process_a),
+        planner_process(warehouse, session, catalog=direct) as (url_b, _),
+    ):
+        assert (await session.post(f"{url_b}/v1/namespaces", json={"namespace": ["db"]})).ok
+        made = await session.post(
+            f"{url_b}/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA}
+        )
+        assert made.status == 200, await made.text()
+        proxy.arm(marker)
+        first = asyncio.create_task(session.post(url_a + path, json=EVOLVE, headers=headers))
+        await proxy.frozen.wait()
+        process_a.send_signal(signal.SIGKILL)
+        await process_a.wait()
+        with contextlib.suppress(aiohttp.ClientError):
+            await first  # the connection died with A
+        answers = []
+        for _ in range(3):  # the first one while A's lease is still running
+            retry = await session.post(url_b + path, json=EVOLVE, headers=headers)
+            answered = {k.lower(): v for k, v in retry.headers.items()}
+            answers.append((retry.status, await retry.json(), answered))
+    catalog = load_catalog(direct)
+    try:
+        table = await catalog.load_table("db.t")
+    finally:
+        await catalog.close()
+    return answers, table
+
+
+def _check_one_commit(answers: list[tuple[int, Any, dict[str, str]]], table: Any) -> None:
+    statuses = [status for status, _, _ in answers]
+    assert statuses == [200, 200, 200], answers
+    bodies = [body for _, body, _ in answers]
+    assert bodies[1] == bodies[0] and bodies[2] == bodies[0]
+    assert [h.get("idempotent-replayed") for _, _, h in answers] == [None, "true", "true"]
+    # One commit after the create: one earlier metadata file, the two schemas.
+    assert len(table.metadata.metadata_log) == 1, table.metadata.metadata_log
+    assert [s.schema_id for s in table.metadata.schemas] == [0, 1]
+    assert bodies[0]["metadata-location"] == table.metadata_location
+    assert answers[0][2]["etag"] == answers[1][2]["etag"]
+
+
+async def test_a_replica_killed_after_its_commit_is_answered_for_not_repeated(
+    redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A is killed after the swap, before the answer is stored: B must not commit again
+    (that would be a 409 or a second schema) but answer what A would have."""
+    # Records are stored base64-encoded: 15 bytes are 20 characters, unpadded.
+    done = base64.b64encode(b'{"state": "done')
+    answers, table = await _kill_at(done, redis_server, tmp_path, monkeypatch)
+    _check_one_commit(answers, table)
+
+
+async def test_a_replica_killed_before_its_commit_leaves_it_to_the_retry(
+    redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A is killed at the pointer swap (never sent): B runs the commit, once."""
+    answers, table = await _kill_at(b"EVAL", redis_server, tmp_path, monkeypatch)
+    _check_one_commit(answers, table)
