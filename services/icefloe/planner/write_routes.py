@@ -533,6 +533,10 @@ class WriteRoutes:
         body = await _body(request, CreateTableRequest)
         ident = TableIdentifier(namespace, check_name(body.name, "table name"))
         await self._namespace_or_404(namespace)
+        attempt = attempt_of(request)
+        made = await _noted_create(self.catalog, ident, attempt)
+        if made is not None:  # (before the checks: its location is in use now, by it)
+            return await self._created(request, made)
         schema = Schema.from_json(body.schema_)
         spec = (
             PartitionSpec.from_json(_with_field_ids(body.partition_spec))
@@ -561,20 +565,27 @@ class WriteRoutes:
                 await self.catalog.io.make_dirs(folder)
             audit(principal, "createTable", status=200, table=str(ident), staged=True)
             return await self._load_result(request, ident.name, None, metadata)
+        if attempt is not None:
+            await attempt.note({"create": str(ident), "digest": _digest(metadata)})
         try:
             table = await self.catalog.create_table_with_metadata(ident, metadata)
         except AlreadyExistsError as e:
             raise ApiError(409, "AlreadyExistsException", str(e)) from None
+        return await self._created(request, table)
+
+    async def _created(self, request: web.Request, table: Table) -> web.StreamResponse:
         await self._claim_new(table)
         self._seen(table)
         audit(
-            principal,
+            principal_of(request),
             "createTable",
             status=200,
-            table=str(ident),
+            table=str(table.identifier),
             **{"metadata-location": table.metadata_location},
         )
-        return await self._load_result(request, ident.name, table.metadata_location, table.metadata)
+        return await self._load_result(
+            request, table.identifier.name, table.metadata_location, table.metadata
+        )
 
     async def register_table(self, request: web.Request) -> web.StreamResponse:
         namespace = path_namespace(request.match_info["namespace"])
@@ -859,25 +870,7 @@ async def _noted_outcomes(
             outcomes.append(CommitOutcome(table, table.metadata_location, False))
             continue
         base = note.get("base")
-        chain = [e.metadata_file for e in table.metadata.metadata_log]
-        chain.append(table.metadata_location)
-        if base is not None and base not in chain:
-            raise CommitStateUnknownError(
-                f"an earlier attempt of this request may have committed {commit.identifier}, "
-                "and its metadata log no longer reaches back to tell; reload the table "
-                "before retrying with a new Idempotency-Key"
-            )
-        after = chain.index(base) + 1 if base is not None else 0
-        committed = False
-        if after < len(chain):
-            successor = chain[after]
-            metadata = (
-                table.metadata
-                if successor == table.metadata_location
-                else await catalog.read_metadata(successor)
-            )
-            committed = _digest(metadata) == note.get("digest")
-        found.add(committed)
+        found.add(await _noted_successor(catalog, table, base, note.get("digest")))
         outcomes.append(CommitOutcome(table, base, True))
     if found == {True}:
         log.info("an earlier attempt committed %s; answering for it", sorted(noted))
@@ -888,6 +881,47 @@ async def _noted_outcomes(
         "an earlier attempt of this request left its tables partly committed, which an "
         "atomic commit cannot; reload them before retrying with a new Idempotency-Key"
     )
+
+
+async def _noted_successor(catalog: Catalog, table: Table, base: str | None, digest: Any) -> bool:
+    """Whether the metadata that followed ``base`` in ``table``'s history (its first, when
+    ``base`` is None) has ``digest``: the noted commit (or create) is the one that happened."""
+    chain = [e.metadata_file for e in table.metadata.metadata_log]
+    chain.append(table.metadata_location)
+    if base is not None and base not in chain:
+        raise CommitStateUnknownError(
+            f"an earlier attempt of this request may have committed {table.identifier}, and "
+            "its metadata log no longer reaches back to tell; reload the table before "
+            "retrying with a new Idempotency-Key"
+        )
+    after = chain.index(base) + 1 if base is not None else 0
+    if after >= len(chain):
+        return False
+    successor = chain[after]
+    metadata = (
+        table.metadata
+        if successor == table.metadata_location
+        else await catalog.read_metadata(successor)
+    )
+    return _digest(metadata) == digest
+
+
+async def _noted_create(
+    catalog: Catalog, ident: TableIdentifier, attempt: Attempt | None
+) -> Table | None:
+    """The table an earlier attempt of this createTable made before it stopped, if it did
+    (its first metadata is the one that attempt noted)."""
+    prior = attempt.prior if attempt is not None else None
+    if prior is None or prior.get("create") != str(ident):
+        return None
+    try:
+        table = await catalog.load_table(ident)
+    except NotFoundError:
+        return None
+    if not await _noted_successor(catalog, table, None, prior.get("digest")):
+        return None
+    log.info("an earlier attempt created %s; answering for it", ident)
+    return table
 
 
 def _overlap_error(location: str, other: TableIdentifier) -> ApiError:

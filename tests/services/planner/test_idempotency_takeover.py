@@ -51,16 +51,22 @@ LEASE_S = "1.5"
 
 
 async def _kill_at(
-    marker: bytes, redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    marker: bytes,
+    redis_server: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: tuple[str, Any] = ("/v1/namespaces/db/tables/t", EVOLVE),
+    table_name: str = "db.t",
 ) -> tuple[list[tuple[int, Any, dict[str, str]]], Any]:
     """Replica A stopped at the first Redis command holding ``marker`` during an
-    idempotent schema change, then killed; the same request retried three times on B.
-    Returns the retries' (status, body, headers) and the table as the catalog has it."""
+    idempotent ``request`` (path and body: a schema change of db.t unless given), then
+    killed; the same request retried three times on B. Returns the retries' (status,
+    body, headers) and ``table_name`` as the catalog has it."""
     monkeypatch.setenv("ICEFLOE_REST_IDEMPOTENCY_LEASE_S", LEASE_S)
     warehouse = tmp_path / "wh"
     prefix = f"p{uuid.uuid4().hex[:10]}"
     direct = f"{redis_server}?warehouse={warehouse}&prefix={prefix}"
-    path = "/v1/namespaces/db/tables/t"
+    path, body = request
     headers = {"Idempotency-Key": str(uuid.uuid4())}
     async with (
         FreezingProxy(redis_server) as proxy,
@@ -76,7 +82,7 @@ async def _kill_at(
         )
         assert made.status == 200, await made.text()
         proxy.arm(marker)
-        first = asyncio.create_task(session.post(url_a + path, json=EVOLVE, headers=headers))
+        first = asyncio.create_task(session.post(url_a + path, json=body, headers=headers))
         await proxy.frozen.wait()
         process_a.send_signal(signal.SIGKILL)
         await process_a.wait()
@@ -84,28 +90,37 @@ async def _kill_at(
             await first  # the connection died with A
         answers = []
         for _ in range(3):  # the first one while A's lease is still running
-            retry = await session.post(url_b + path, json=EVOLVE, headers=headers)
+            retry = await session.post(url_b + path, json=body, headers=headers)
             answered = {k.lower(): v for k, v in retry.headers.items()}
             answers.append((retry.status, await retry.json(), answered))
     catalog = load_catalog(direct)
     try:
-        table = await catalog.load_table("db.t")
+        table = await catalog.load_table(table_name)
     finally:
         await catalog.close()
     return answers, table
 
 
-def _check_one_commit(answers: list[tuple[int, Any, dict[str, str]]], table: Any) -> None:
+def _check_one_answer(answers: list[tuple[int, Any, dict[str, str]]], table: Any) -> None:
+    """Three 200s, the later two replays of the first, which names the current metadata."""
     statuses = [status for status, _, _ in answers]
     assert statuses == [200, 200, 200], answers
     bodies = [body for _, body, _ in answers]
     assert bodies[1] == bodies[0] and bodies[2] == bodies[0]
     assert [h.get("idempotent-replayed") for _, _, h in answers] == [None, "true", "true"]
+    assert bodies[0]["metadata-location"] == table.metadata_location
+    assert answers[0][2]["etag"] == answers[1][2]["etag"]
+
+
+def _check_one_commit(answers: list[tuple[int, Any, dict[str, str]]], table: Any) -> None:
+    _check_one_answer(answers, table)
     # One commit after the create: one earlier metadata file, the two schemas.
     assert len(table.metadata.metadata_log) == 1, table.metadata.metadata_log
     assert [s.schema_id for s in table.metadata.schemas] == [0, 1]
-    assert bodies[0]["metadata-location"] == table.metadata_location
-    assert answers[0][2]["etag"] == answers[1][2]["etag"]
+
+
+# Records are stored base64-encoded: 15 bytes are 20 characters, unpadded.
+DONE = base64.b64encode(b'{"state": "done')
 
 
 async def test_a_replica_killed_after_its_commit_is_answered_for_not_repeated(
@@ -113,9 +128,7 @@ async def test_a_replica_killed_after_its_commit_is_answered_for_not_repeated(
 ) -> None:
     """A is killed after the swap, before the answer is stored: B must not commit again
     (that would be a 409 or a second schema) but answer what A would have."""
-    # Records are stored base64-encoded: 15 bytes are 20 characters, unpadded.
-    done = base64.b64encode(b'{"state": "done')
-    answers, table = await _kill_at(done, redis_server, tmp_path, monkeypatch)
+    answers, table = await _kill_at(DONE, redis_server, tmp_path, monkeypatch)
     _check_one_commit(answers, table)
 
 
@@ -125,3 +138,14 @@ async def test_a_replica_killed_before_its_commit_leaves_it_to_the_retry(
     """A is killed at the pointer swap (never sent): B runs the commit, once."""
     answers, table = await _kill_at(b"EVAL", redis_server, tmp_path, monkeypatch)
     _check_one_commit(answers, table)
+
+
+async def test_a_replica_killed_after_creating_a_table_is_answered_for(
+    redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A is killed after the create, before the answer is stored: B answers 200 with the
+    table A made, not 409 AlreadyExists (which the client would take for someone else's)."""
+    create = ("/v1/namespaces/db/tables", {"name": "c", "schema": SCHEMA})
+    answers, table = await _kill_at(DONE, redis_server, tmp_path, monkeypatch, create, "db.c")
+    _check_one_answer(answers, table)
+    assert not table.metadata.metadata_log  # one metadata file: the create
