@@ -57,7 +57,6 @@ REPLAYED_HEADER = "Idempotent-Replayed"
 LIFETIME_FIELD = "idempotency-key-lifetime"
 # Set on the app when keys are honoured: /v1/config advertises it (a top-level field).
 IDEMPOTENCY_LIFETIME = web.AppKey(LIFETIME_FIELD, str)
-_ATTEMPT = "icefloe.idempotency.attempt"  # the request's Attempt, for its handler
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}$")
 _NOT_FINAL_4XX = frozenset({408, 425, 429})
 _REPLAYED_HEADERS = ("ETag",)
@@ -103,10 +102,12 @@ class Attempt:
         await self._records.put(self._name, json.dumps(record).encode(), self._lifetime_s)
 
 
+_ATTEMPT = web.RequestKey("icefloe.idempotency.attempt", Attempt)  # for the handler
+
+
 def attempt_of(request: web.Request) -> Attempt | None:
     """The attempt of a request sent with an ``Idempotency-Key`` (None without one)."""
-    attempt = request.get(_ATTEMPT)
-    return attempt if isinstance(attempt, Attempt) else None
+    return request.get(_ATTEMPT)
 
 
 class IdempotentRequests:

@@ -143,15 +143,18 @@ class DynamoDbLocations(LocationIndex):
         out: list[tuple[str, TableIdentifier]] = []
         start: dict[str, Any] | None = None
         while True:
-            extra = {"ExclusiveStartKey": start} if start else {}
-            page = await db.query(
-                TableName=self.catalog.table_name,
-                KeyConditionExpression="identifier = :i AND begins_with(#n, :p)",
-                ExpressionAttributeNames={"#n": "namespace"},
-                ExpressionAttributeValues={":i": {"S": LOCATION_ROW}, ":p": {"S": prefix}},
-                ConsistentRead=True,
-                **extra,
-            )
+            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+            if prefix:
+                extra["KeyConditionExpression"] = "identifier = :i AND begins_with(#n, :p)"
+                extra["ExpressionAttributeNames"] = {"#n": "namespace"}
+                extra["ExpressionAttributeValues"] = {
+                    ":i": {"S": LOCATION_ROW},
+                    ":p": {"S": prefix},
+                }
+            else:  # (a key condition may not hold an empty string)
+                extra["KeyConditionExpression"] = "identifier = :i"
+                extra["ExpressionAttributeValues"] = {":i": {"S": LOCATION_ROW}}
+            page = await db.query(TableName=self.catalog.table_name, ConsistentRead=True, **extra)
             out.extend(_parse(item["namespace"]["S"]) for item in page.get("Items", []))
             start = page.get("LastEvaluatedKey")
             if not start:

@@ -1,5 +1,8 @@
 """An ``Idempotency-Key``'s lease taken over after its replica died mid-request.
 
+The retry of a commit whose outcome was unknown (500 ``CommitStateUnknownException``, not
+stored) is answered the same way, from the note the first attempt left.
+
 Two real planner processes share one Redis catalog; replica A reaches Redis through a
 :class:`FreezingProxy`, which stops it at an exact point of a request with a key, and A is
 then killed with SIGKILL while it holds the key's lease. The same request retried on
@@ -19,12 +22,19 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from freezing_proxy import FreezingProxy
 from planner_process import planner_process
 
+from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.catalog.uri import load_catalog
-
-pytestmark = pytest.mark.integration
+from icefloe.errors import CommitStateUnknownError
+from icefloe.io.fileio import LocalFileIO
+from icefloe.planner.app import PlannerService
+from icefloe.planner.config import PlannerConfig
+from icefloe.planner.write_config import RestCatalogSettings
+from icefloe.spec.metadata import TableMetadata
+from icefloe.table.catalog import Table
 
 ID: dict[str, Any] = {"id": 1, "name": "id", "type": "long", "required": True}
 SCHEMA = {"type": "struct", "schema-id": 0, "fields": [ID]}
@@ -123,6 +133,7 @@ def _check_one_commit(answers: list[tuple[int, Any, dict[str, str]]], table: Any
 DONE = base64.b64encode(b'{"state": "done')
 
 
+@pytest.mark.integration
 async def test_a_replica_killed_after_its_commit_is_answered_for_not_repeated(
     redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -132,6 +143,7 @@ async def test_a_replica_killed_after_its_commit_is_answered_for_not_repeated(
     _check_one_commit(answers, table)
 
 
+@pytest.mark.integration
 async def test_a_replica_killed_before_its_commit_leaves_it_to_the_retry(
     redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,6 +152,7 @@ async def test_a_replica_killed_before_its_commit_leaves_it_to_the_retry(
     _check_one_commit(answers, table)
 
 
+@pytest.mark.integration
 async def test_a_replica_killed_after_creating_a_table_is_answered_for(
     redis_server: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -149,3 +162,39 @@ async def test_a_replica_killed_after_creating_a_table_is_answered_for(
     answers, table = await _kill_at(DONE, redis_server, tmp_path, monkeypatch, create, "db.c")
     _check_one_answer(answers, table)
     assert not table.metadata.metadata_log  # one metadata file: the create
+
+
+class LostAnswerCatalog(FileSystemCatalog):
+    """Its next commit happens, and then the store's answer is lost."""
+
+    lose_next = False
+
+    async def commit(self, table: Table, new_metadata: TableMetadata) -> Table:
+        committed = await super().commit(table, new_metadata)
+        if self.lose_next:
+            self.lose_next = False
+            raise CommitStateUnknownError("the store timed out after the request")
+        return committed
+
+
+async def test_the_retry_of_an_unknown_outcome_gets_the_commits_answer(tmp_path: Path) -> None:
+    catalog = LostAnswerCatalog("lost", str(tmp_path), LocalFileIO())
+    config = PlannerConfig(catalog=f"file://{tmp_path}", host="127.0.0.1", port=0)
+    service = PlannerService(config, catalog, rest=RestCatalogSettings())
+    path = "/v1/namespaces/db/tables/t"
+    headers = {"Idempotency-Key": str(uuid.uuid4())}
+    async with TestClient(TestServer(service.app())) as client:
+        await client.post("/v1/namespaces", json={"namespace": ["db"]})
+        made = await client.post("/v1/namespaces/db/tables", json={"name": "t", "schema": SCHEMA})
+        assert made.status == 200, await made.text()
+        catalog.lose_next = True
+        unknown = await client.post(path, json=EVOLVE, headers=headers)
+        assert unknown.status == 500, await unknown.text()
+        assert (await unknown.json())["error"]["type"] == "CommitStateUnknownException"
+        answers = []
+        for _ in range(3):
+            retry = await client.post(path, json=EVOLVE, headers=headers)
+            answered = {k.lower(): v for k, v in retry.headers.items()}
+            answers.append((retry.status, await retry.json(), answered))
+        table = await catalog.load_table("db.t")
+    _check_one_commit(answers, table)
