@@ -47,7 +47,8 @@ log = logging.getLogger(__name__)
 
 _SEP = "\x1f"  # no normal location holds a control character
 _TOP = "\U0010ffff"
-_FILLED = "location-index-filled"
+# (Not "location-index-filled": that marker, of earlier versions, never expires.)
+_FILLED = "location-index-scanned"
 RESCAN_S = 300.0  # how often some process scans the catalog for tables the index lacks
 
 
