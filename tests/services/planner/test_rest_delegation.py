@@ -397,6 +397,7 @@ async def test_remote_signing_reads_and_writes_only_the_table(
     config = created["config"]
     assert config["s3.remote-signing-enabled"] == "true"
     assert config["s3.signer.endpoint"] == "v1/namespaces/db/tables/t/sign"
+    assert config["s3.signer"] == "S3V4RestSigner"
     location = created["metadata"]["location"]
     bucket, key = split(location)
     url = f"{served.endpoint}/{bucket}/{key}/data/signed.parquet"
@@ -578,8 +579,9 @@ async def test_pyiceberg_without_keys_writes_and_reads_through_vended_credential
 async def test_pyiceberg_without_keys_writes_and_reads_through_remote_signing(
     serve: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """PyIceberg's signer (``s3.signer``) works only in its fsspec FileIO (s3fs): every S3
-    request it sends is signed by the planner, and a read token gets no write signed."""
+    """PyIceberg's signer (``s3.signer``, which the planner's config names) works only in
+    its fsspec FileIO (s3fs): every S3 request it sends is signed by the planner, and a read
+    token gets no write signed."""
     from pyiceberg.exceptions import SignError
 
     caplog.set_level(logging.INFO, logger="icefloe.audit")
@@ -592,7 +594,7 @@ async def test_pyiceberg_without_keys_writes_and_reads_through_remote_signing(
         **{
             "header.X-Iceberg-Access-Delegation": "remote-signing",
             "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
-            "s3.signer": "S3V4RestSigner",
+            # (s3.signer: S3V4RestSigner comes from the planner's loadTable config.)
         },
     )
     assert ids == [1, 2, 3, 4]
