@@ -7,7 +7,8 @@ The planner's hooks call :class:`AccessDelegation`:
   ``storage-credentials`` (and, for clients that only read ``config``, the same keys in
   ``config``) hold keys for the table's directories in the token's scope
   (:mod:`icefloe.planner.credentials`); when it asks for ``remote-signing``, ``config``
-  says ``s3.remote-signing-enabled`` and where the signer is: ``s3.signer.uri`` and
+  says ``s3.remote-signing-enabled`` (and, for PyIceberg, ``s3.signer``) and where the
+  signer is: ``s3.signer.uri`` and
   ``s3.signer.endpoint`` (and the spec's deprecated ``signer.uri``/``signer.endpoint``)
   name the table's own sign route, so even clients that only know those settings sign
   through a route that knows the table; ``remote-signing-config`` carries the table's name
@@ -131,6 +132,8 @@ class AccessDelegation:
             config.update(
                 {
                     "s3.remote-signing-enabled": "true",
+                    # What PyIceberg reads instead (its fsspec FileIO; pyarrow's ignores it).
+                    "s3.signer": "S3V4RestSigner",
                     "s3.signer.uri": url,
                     "s3.signer.endpoint": endpoint,
                     "signer.uri": url,

@@ -16,7 +16,16 @@ one process:
 3. a request that finds the key claimed waits for the answer and replays it, so of
    concurrent requests with one key exactly one executes. A pending record lives for a
    lease renewed while the operation runs: a replica that dies mid-request frees the key
-   when its lease runs out.
+   when its lease runs out, and a waiting retry then takes the key over.
+
+A replica can die after its operation took effect and before its answer was stored; a
+takeover that simply ran the operation again would commit twice, or answer 409 for the
+commit that did happen. So a handler *notes* what it is about to do before it does it
+(:meth:`Attempt.note`: for a commit, each table's base metadata and a digest of the new
+metadata), in a record kept for the key's lifetime, and the attempt that takes the key over
+gets that note (:attr:`Attempt.prior`) to find out from the catalog whether the effect
+happened, answering for it if it did. The note survives a 5xx too, so the retry of a
+``CommitStateUnknownException`` is answered with the commit's real outcome.
 
 The same key with a different request (another body, path, method or principal) is refused
 with 422 ``UnprocessableEntityException`` (the IETF idempotency-key draft's answer; the REST
@@ -68,6 +77,39 @@ def iso_duration(seconds: int) -> str:
     return f"PT{seconds}S"
 
 
+class Attempt:
+    """One execution of a request sent with a key: what its handler may note before an
+    effect, and what an earlier attempt with the same key noted before it stopped."""
+
+    def __init__(
+        self,
+        records: Records,
+        name: str,
+        fingerprint: str,
+        lifetime_s: int,
+        prior: dict[str, Any] | None,
+    ) -> None:
+        self._records = records
+        self._name = name
+        self._fingerprint = fingerprint
+        self._lifetime_s = lifetime_s
+        self.prior = prior
+
+    async def note(self, intent: dict[str, Any]) -> None:
+        """Record ``intent`` (JSON) before the effect it describes, replacing an earlier
+        note of this attempt; a later attempt with the key reads it as :attr:`prior`."""
+        record = {"fingerprint": self._fingerprint, "intent": intent}
+        await self._records.put(self._name, json.dumps(record).encode(), self._lifetime_s)
+
+
+_ATTEMPT = web.RequestKey("icefloe.idempotency.attempt", Attempt)  # for the handler
+
+
+def attempt_of(request: web.Request) -> Attempt | None:
+    """The attempt of a request sent with an ``Idempotency-Key`` (None without one)."""
+    return request.get(_ATTEMPT)
+
+
 class IdempotentRequests:
     """Runs mutating handlers at most once per key, over a shared records store."""
 
@@ -114,17 +156,17 @@ class IdempotentRequests:
                 continue
             record = json.loads(stored)
             if record.get("fingerprint") != fingerprint:
-                raise ApiError(
-                    422,
-                    "UnprocessableEntityException",
-                    f"{HEADER} {key} was already used for a different request; "
-                    "send a new key for a new operation",
-                )
+                raise _reused(key)
             if record.get("state") == "done":
                 return _replay(record)
             await asyncio.sleep(wait)  # another request with this key is running
             wait = min(1.0, wait * 2)
         holder = asyncio.create_task(self._hold(name, pending))
+        try:
+            request[_ATTEMPT] = await self._attempt(name, fingerprint, key)
+        except BaseException:
+            await self._finish(holder, name, fingerprint, 500)
+            raise
         try:
             response = await handler(request)
         except ApiError as e:
@@ -135,6 +177,19 @@ class IdempotentRequests:
             raise
         await self._finish(holder, name, fingerprint, response.status, response=response)
         return response
+
+    async def _attempt(self, name: str, fingerprint: str, key: str) -> Attempt:
+        """This attempt, with the note an earlier attempt with the key left, if any."""
+        notes = name + ":intent"
+        stored = await self.records.get(notes)
+        prior = None
+        if stored is not None:
+            record = json.loads(stored)
+            if record.get("fingerprint") != fingerprint:
+                raise _reused(key)
+            prior = record.get("intent")
+            log.info("%s: taking over from an attempt that stopped (noted %s)", name, prior)
+        return Attempt(self.records, notes, fingerprint, self.lifetime_s, prior)
 
     async def _hold(self, name: str, pending: bytes) -> None:
         """Renew the pending record's lease while the operation runs."""
@@ -168,6 +223,8 @@ class IdempotentRequests:
         try:
             if is_final(status) and (error is not None or isinstance(response, web.Response)):
                 await self.records.put(name, json.dumps(record).encode(), self.lifetime_s)
+                # The answer stands for the note: no attempt runs after it.
+                await self.records.delete(name + ":intent")
             else:
                 await self.records.delete(name)
         except Exception:
@@ -175,6 +232,15 @@ class IdempotentRequests:
             log.exception("could not store the answer for %s", name)
             with contextlib.suppress(Exception):
                 await self.records.delete(name)
+
+
+def _reused(key: str) -> ApiError:
+    return ApiError(
+        422,
+        "UnprocessableEntityException",
+        f"{HEADER} {key} was already used for a different request; "
+        "send a new key for a new operation",
+    )
 
 
 def _replay(record: dict[str, Any]) -> web.StreamResponse:

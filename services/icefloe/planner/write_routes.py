@@ -30,6 +30,7 @@ straight into its table state.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
@@ -70,7 +71,12 @@ from icefloe.planner.auth import (
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.delegation import AccessDelegation
 from icefloe.planner.errors import ApiError
-from icefloe.planner.idempotency import IDEMPOTENCY_LIFETIME, IdempotentRequests
+from icefloe.planner.idempotency import (
+    IDEMPOTENCY_LIFETIME,
+    Attempt,
+    IdempotentRequests,
+    attempt_of,
+)
 from icefloe.planner.load_result import table_config, table_etag
 from icefloe.planner.location_policy import LocationPolicy
 from icefloe.planner.refresher import TableRefresher
@@ -527,6 +533,10 @@ class WriteRoutes:
         body = await _body(request, CreateTableRequest)
         ident = TableIdentifier(namespace, check_name(body.name, "table name"))
         await self._namespace_or_404(namespace)
+        attempt = attempt_of(request)
+        made = await _noted_create(self.catalog, ident, attempt)
+        if made is not None:  # (before the checks: its location is in use now, by it)
+            return await self._created(request, made)
         schema = Schema.from_json(body.schema_)
         spec = (
             PartitionSpec.from_json(_with_field_ids(body.partition_spec))
@@ -555,20 +565,27 @@ class WriteRoutes:
                 await self.catalog.io.make_dirs(folder)
             audit(principal, "createTable", status=200, table=str(ident), staged=True)
             return await self._load_result(request, ident.name, None, metadata)
+        if attempt is not None:
+            await attempt.note({"create": str(ident), "digest": _digest(metadata)})
         try:
             table = await self.catalog.create_table_with_metadata(ident, metadata)
         except AlreadyExistsError as e:
             raise ApiError(409, "AlreadyExistsException", str(e)) from None
+        return await self._created(request, table)
+
+    async def _created(self, request: web.Request, table: Table) -> web.StreamResponse:
         await self._claim_new(table)
         self._seen(table)
         audit(
-            principal,
+            principal_of(request),
             "createTable",
             status=200,
-            table=str(ident),
+            table=str(table.identifier),
             **{"metadata-location": table.metadata_location},
         )
-        return await self._load_result(request, ident.name, table.metadata_location, table.metadata)
+        return await self._load_result(
+            request, table.identifier.name, table.metadata_location, table.metadata
+        )
 
     async def register_table(self, request: web.Request) -> web.StreamResponse:
         namespace = path_namespace(request.match_info["namespace"])
@@ -717,14 +734,37 @@ class WriteRoutes:
             await self._refuse_overlap(change.identifier, change.new_metadata.location)
         await check_policy_change(change)  # maintenance properties it can read
 
-    async def _run(self, commits: list[TableCommit]) -> list[CommitOutcome]:
+    async def _run(
+        self, commits: list[TableCommit], attempt: Attempt | None
+    ) -> list[CommitOutcome]:
+        """The commits' outcomes: those of an earlier attempt with the request's
+        Idempotency-Key when it committed before it stopped (see :func:`_noted_outcomes`),
+        else of committing them now, noted for a later attempt before the swap."""
         for commit in commits:
             if not commit.creates:
                 await self._namespace_or_404(commit.identifier.namespace, "NoSuchTableException")
+        if attempt is not None and attempt.prior is not None:
+            earlier = await _noted_outcomes(self.catalog, commits, attempt.prior)
+            if earlier is not None:
+                return earlier
+        noted: dict[str, Any] = {}
+
+        async def check(change: TableChange) -> None:
+            await self._check_change(change)
+            if attempt is None:
+                return
+            if str(change.identifier) in noted:  # checked again: a new swap after a lost one
+                noted.clear()
+            noted[str(change.identifier)] = {
+                "base": change.base.metadata_location if change.base is not None else None,
+                "digest": _digest(change.new_metadata),
+            }
+            await attempt.note({"commits": noted})
+
         stats = CommitStats()
         try:
             return await commit_table_changes(
-                self.catalog, commits, self.policy, stats, check=self._check_change
+                self.catalog, commits, self.policy, stats, check=check
             )
         except NotFoundError as e:  # the spec's one 404 of updateTable and commitTransaction
             raise ApiError(404, "NoSuchTableException", str(e)) from None
@@ -772,7 +812,7 @@ class WriteRoutes:
                 f"the body names table {_identifier(body.identifier)}, the path {ident}"
             )
         commit = self._commit(ident, body)
-        (outcome,) = await self._run([commit])
+        (outcome,) = await self._run([commit], attempt_of(request))
         await self._index_commit(commit, outcome)
         self._audit_commit(request, "updateTable", commit, outcome)
         return web.json_response(
@@ -790,11 +830,98 @@ class WriteRoutes:
             if change.identifier is None:
                 raise _bad_request("every table change of a transaction needs its 'identifier'")
             commits.append(self._commit(_identifier(change.identifier), change))
-        outcomes = await self._run(commits)
+        outcomes = await self._run(commits, attempt_of(request))
         for commit, outcome in zip(commits, outcomes, strict=True):
             await self._index_commit(commit, outcome)
             self._audit_commit(request, "commitTransaction", commit, outcome)
         return web.Response(status=204)
+
+
+def _digest(metadata: TableMetadata) -> str:
+    return hashlib.sha256(metadata.to_json_bytes()).hexdigest()
+
+
+async def _noted_outcomes(
+    catalog: Catalog, commits: list[TableCommit], prior: dict[str, Any]
+) -> list[CommitOutcome] | None:
+    """What an earlier attempt of the same request did, from the note it left before its
+    swap (each table's base metadata location and a digest of its new metadata): the
+    outcomes, with the tables as they are now, if it committed; None if it did not (nothing
+    noted, or the metadata after its base is another writer's, or there is none).
+
+    Its swap moved every noted table or none (multi-table swaps are atomic), so a mix, or
+    a base no longer in a table's metadata log, leaves the outcome unknown.
+    """
+    noted = prior.get("commits")
+    if not isinstance(noted, dict) or not noted:
+        return None
+    outcomes: list[CommitOutcome] = []
+    found: set[bool] = set()
+    for commit in commits:
+        try:
+            table = await catalog.load_table(commit.identifier)
+        except NotFoundError:
+            if commit.creates:
+                found.add(False)
+                continue
+            raise
+        note = noted.get(str(commit.identifier))
+        if not isinstance(note, dict):  # nothing to change in that table then
+            outcomes.append(CommitOutcome(table, table.metadata_location, False))
+            continue
+        base = note.get("base")
+        found.add(await _noted_successor(catalog, table, base, note.get("digest")))
+        outcomes.append(CommitOutcome(table, base, True))
+    if found == {True}:
+        log.info("an earlier attempt committed %s; answering for it", sorted(noted))
+        return outcomes
+    if found <= {False}:
+        return None
+    raise CommitStateUnknownError(
+        "an earlier attempt of this request left its tables partly committed, which an "
+        "atomic commit cannot; reload them before retrying with a new Idempotency-Key"
+    )
+
+
+async def _noted_successor(catalog: Catalog, table: Table, base: str | None, digest: Any) -> bool:
+    """Whether the metadata that followed ``base`` in ``table``'s history (its first, when
+    ``base`` is None) has ``digest``: the noted commit (or create) is the one that happened."""
+    chain = [e.metadata_file for e in table.metadata.metadata_log]
+    chain.append(table.metadata_location)
+    if base is not None and base not in chain:
+        raise CommitStateUnknownError(
+            f"an earlier attempt of this request may have committed {table.identifier}, and "
+            "its metadata log no longer reaches back to tell; reload the table before "
+            "retrying with a new Idempotency-Key"
+        )
+    after = chain.index(base) + 1 if base is not None else 0
+    if after >= len(chain):
+        return False
+    successor = chain[after]
+    metadata = (
+        table.metadata
+        if successor == table.metadata_location
+        else await catalog.read_metadata(successor)
+    )
+    return _digest(metadata) == digest
+
+
+async def _noted_create(
+    catalog: Catalog, ident: TableIdentifier, attempt: Attempt | None
+) -> Table | None:
+    """The table an earlier attempt of this createTable made before it stopped, if it did
+    (its first metadata is the one that attempt noted)."""
+    prior = attempt.prior if attempt is not None else None
+    if prior is None or prior.get("create") != str(ident):
+        return None
+    try:
+        table = await catalog.load_table(ident)
+    except NotFoundError:
+        return None
+    if not await _noted_successor(catalog, table, None, prior.get("digest")):
+        return None
+    log.info("an earlier attempt created %s; answering for it", ident)
+    return table
 
 
 def _overlap_error(location: str, other: TableIdentifier) -> ApiError:

@@ -19,14 +19,24 @@ Entries are written by the metastore catalogs when they create, register or move
 it renames or drops one, and filled from the catalog's existing tables the first time a
 process uses the index (a shared marker record says it was done). Claims are optimistic and safe under
 concurrency: a claimer adds its entry and then looks for others, so of two overlapping
-claims at least one sees the other and withdraws. An entry whose table no longer exists at
-that location (dropped outside the REST catalog) is removed when met.
+claims at least one sees the other and withdraws.
+
+Other engines write the same catalog without it (PyIceberg's or Java's DynamoDB catalog;
+icefloe's own core drops and renames), so an entry is a hint, verified against the catalog
+before it refuses anything: an entry whose table no longer exists at that location is
+stale. A stale entry is removed, and since it says the catalog changed behind the index
+(the table may have been renamed, its location now another name's), the catalog's tables
+are scanned again and every one the index lacks is entered before the question is
+answered. The scan is also repeated every :data:`RESCAN_S` (the shared marker expires),
+which bounds how long a table created outside the REST catalog goes unseen.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from abc import ABC, abstractmethod
+from collections.abc import Set as AbstractSet
 from typing import Any
 
 from icefloe.errors import InvalidFileError, NotFoundError, ValidationError
@@ -37,7 +47,9 @@ log = logging.getLogger(__name__)
 
 _SEP = "\x1f"  # no normal location holds a control character
 _TOP = "\U0010ffff"
-_FILLED = "location-index-filled"
+# (Not "location-index-filled": that marker, of earlier versions, never expires.)
+_FILLED = "location-index-scanned"
+RESCAN_S = 300.0  # how often some process scans the catalog for tables the index lacks
 
 
 def _ancestors(key: str) -> list[str]:
@@ -81,6 +93,10 @@ class LocationIndex(ABC):
     async def near(self, key: str) -> list[tuple[str, TableIdentifier]]:
         """Entries at ``key``, below it, or at one of its ancestors."""
 
+    @abstractmethod
+    async def tables(self) -> set[TableIdentifier]:
+        """The tables of every entry."""
+
 
 class RedisLocations(LocationIndex):
     def __init__(self, redis: Any, tag: str) -> None:
@@ -100,6 +116,9 @@ class RedisLocations(LocationIndex):
             pipe.zrangebylex(self.name, f"[{ancestor}{_SEP}", f"({ancestor}{_SEP}{_TOP}")
         found = await pipe.execute()
         return [_parse(m) for members in found for m in members]
+
+    async def tables(self) -> set[TableIdentifier]:
+        return {_parse(m)[1] for m in await self.redis.zrange(self.name, 0, -1)}
 
 
 LOCATION_ROW = "~location"
@@ -125,19 +144,25 @@ class DynamoDbLocations(LocationIndex):
         out: list[tuple[str, TableIdentifier]] = []
         start: dict[str, Any] | None = None
         while True:
-            extra = {"ExclusiveStartKey": start} if start else {}
-            page = await db.query(
-                TableName=self.catalog.table_name,
-                KeyConditionExpression="identifier = :i AND begins_with(#n, :p)",
-                ExpressionAttributeNames={"#n": "namespace"},
-                ExpressionAttributeValues={":i": {"S": LOCATION_ROW}, ":p": {"S": prefix}},
-                ConsistentRead=True,
-                **extra,
-            )
+            extra: dict[str, Any] = {"ExclusiveStartKey": start} if start else {}
+            if prefix:
+                extra["KeyConditionExpression"] = "identifier = :i AND begins_with(#n, :p)"
+                extra["ExpressionAttributeNames"] = {"#n": "namespace"}
+                extra["ExpressionAttributeValues"] = {
+                    ":i": {"S": LOCATION_ROW},
+                    ":p": {"S": prefix},
+                }
+            else:  # (a key condition may not hold an empty string)
+                extra["KeyConditionExpression"] = "identifier = :i"
+                extra["ExpressionAttributeValues"] = {":i": {"S": LOCATION_ROW}}
+            page = await db.query(TableName=self.catalog.table_name, ConsistentRead=True, **extra)
             out.extend(_parse(item["namespace"]["S"]) for item in page.get("Items", []))
             start = page.get("LastEvaluatedKey")
             if not start:
                 return out
+
+    async def tables(self) -> set[TableIdentifier]:
+        return {table for _, table in await self._starting("")}
 
     async def near(self, key: str) -> list[tuple[str, TableIdentifier]]:
         found = await self._starting(key)
@@ -163,9 +188,15 @@ class ScannedLocations(LocationIndex):
     async def near(self, key: str) -> list[tuple[str, TableIdentifier]]:
         return [(k, t) for k, t in await all_table_locations(self.catalog) if _overlap(k, key)]
 
+    async def tables(self) -> set[TableIdentifier]:
+        return set()
 
-async def all_table_locations(catalog: Catalog) -> list[tuple[str, TableIdentifier]]:
-    """Every table of the namespace tree with its location key (one load per table)."""
+
+async def all_table_locations(
+    catalog: Catalog, known: AbstractSet[TableIdentifier] = frozenset()
+) -> list[tuple[str, TableIdentifier]]:
+    """Every table of the namespace tree but ``known`` with its location key (one load per
+    table)."""
     out: list[tuple[str, TableIdentifier]] = []
     pending: list[Namespace] = list(await catalog.list_namespaces())
     while pending:
@@ -176,6 +207,8 @@ async def all_table_locations(catalog: Catalog) -> list[tuple[str, TableIdentifi
         except NotFoundError:
             continue
         for ident in tables:
+            if ident in known:
+                continue
             try:
                 table = await catalog.load_table(ident)
             except (NotFoundError, InvalidFileError, ValidationError) as e:
@@ -197,20 +230,32 @@ class TableLocations:
     def __init__(self, catalog: Catalog, index: LocationIndex | None = None) -> None:
         self.catalog = catalog
         self.index = index or location_index(catalog)
-        self._filled = not self.index.stored
+        self._scanned_at: float | None = None  # monotonic; None: not yet in this process
 
     async def _fill(self) -> None:
-        """Enter the catalog's existing tables once (tables made before the index was)."""
-        if self._filled:
+        """Enter the catalog's tables the index lacks (tables made before the index was,
+        or by other engines), unless some process did within :data:`RESCAN_S`."""
+        if not self.index.stored:
+            return
+        now = time.monotonic()
+        if self._scanned_at is not None and now - self._scanned_at < RESCAN_S:
             return
         from icefloe.catalog.records import catalog_records
 
         records = catalog_records(self.catalog)
         if await records.get(_FILLED) is None:
-            for key, ident in await all_table_locations(self.catalog):
-                await self.index.add(key, ident)
-            await records.put(_FILLED, b"1", 100 * 365 * 86400.0)
-        self._filled = True
+            await self._scan()
+            await records.put(_FILLED, b"1", RESCAN_S)
+        self._scanned_at = now
+
+    async def _scan(self) -> list[tuple[str, TableIdentifier]]:
+        """The catalog's tables the index has no entry for, each entered in it: one listing
+        of the catalog, and one load per table found. (Entered tables are verified when
+        met; a stale entry's table is rescanned by name when it has none left.)"""
+        found = await all_table_locations(self.catalog, await self.index.tables())
+        for key, ident in found:
+            await self.index.add(key, ident)
+        return found
 
     async def _live(self, key: str, table: TableIdentifier) -> bool:
         """Whether ``table`` still exists at ``key``; a stale entry is removed."""
@@ -231,13 +276,20 @@ class TableLocations:
         """A live table, other than ``excluding``, whose location overlaps ``location``."""
         await self._fill()
         key = location_key(location)
+        stale = False
         for other_key, other in await self.index.near(key):
-            if (
-                other != excluding
-                and _overlap(other_key, key)
-                and await self._live(other_key, other)
-            ):
+            if other == excluding or not _overlap(other_key, key):
+                continue
+            if await self._live(other_key, other):
                 return other
+            stale = True
+        if stale:
+            # Changed behind the index: a renamed table's location is under a name the
+            # index does not know yet.
+            log.info("location index: stale entries near %s; scanning the catalog", key)
+            for other_key, other in await self._scan():
+                if other != excluding and _overlap(other_key, key):
+                    return other
         return None
 
     async def claim(self, location: str, table: TableIdentifier) -> TableIdentifier | None:

@@ -21,7 +21,8 @@ async def planner_process(
 ) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
     """A planner over the file-system catalog at ``warehouse``, with ``settings`` as
     ``ICEFLOE_PLANNER_<NAME>`` variables; yields its URL, once ``/healthz`` answers on
-    ``session``, and the process. Stopped with SIGTERM, which it must exit cleanly on."""
+    ``session``, and the process. Stopped with SIGTERM, which it must exit cleanly on, unless the
+    test killed it."""
     port = free_port()
     env = {
         **os.environ,
@@ -38,5 +39,6 @@ async def planner_process(
         await wait_healthy(session, url, attempts=attempts)
         yield url, process
     finally:
-        process.send_signal(signal.SIGTERM)
-        assert await process.wait() == 0
+        if process.returncode is None:  # a test may have killed it
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0

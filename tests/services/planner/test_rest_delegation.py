@@ -397,6 +397,7 @@ async def test_remote_signing_reads_and_writes_only_the_table(
     config = created["config"]
     assert config["s3.remote-signing-enabled"] == "true"
     assert config["s3.signer.endpoint"] == "v1/namespaces/db/tables/t/sign"
+    assert config["s3.signer"] == "S3V4RestSigner"
     location = created["metadata"]["location"]
     bucket, key = split(location)
     url = f"{served.endpoint}/{bucket}/{key}/data/signed.parquet"
@@ -537,8 +538,11 @@ async def test_signing_routes_are_absent_unless_enabled(serve: Any) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _pyiceberg_round_trip(url: str) -> tuple[list[int], str]:
-    """Create, append and scan as a writer, then try to append as a reader (blocking)."""
+def _pyiceberg_round_trip(
+    url: str, refused_as: type[Exception] = OSError, **properties: str
+) -> tuple[list[int], str]:
+    """Create, append and scan as a writer, then try to append as a reader, which fails
+    with ``refused_as`` (blocking); both catalogs have ``properties``."""
     import pyarrow as pa
     from pyiceberg.catalog.rest import RestCatalog
 
@@ -547,15 +551,15 @@ def _pyiceberg_round_trip(url: str) -> tuple[list[int], str]:
     def rows(*ids: int) -> pa.Table:
         return pa.table({"id": pa.array(ids, pa.int64())}, schema=schema)
 
-    writer = RestCatalog("w", uri=url, token=WRITE)
+    writer = RestCatalog("w", uri=url, token=WRITE, **properties)
     table = writer.create_table(("db", "py"), schema)
     table.append(rows(1, 2, 3))
     table.append(rows(4))
     ids = sorted(writer.load_table(("db", "py")).scan().to_arrow().column("id").to_pylist())
-    reader = RestCatalog("r", uri=url, token=READ)
+    reader = RestCatalog("r", uri=url, token=READ, **properties)
     read_table = reader.load_table(("db", "py"))
     assert sorted(read_table.scan().to_arrow().column("id").to_pylist()) == ids
-    with pytest.raises(OSError) as refused:
+    with pytest.raises(refused_as) as refused:
         read_table.append(rows(5))
     return ids, str(refused.value)
 
@@ -570,3 +574,32 @@ async def test_pyiceberg_without_keys_writes_and_reads_through_vended_credential
     ids, refusal = await asyncio.to_thread(_pyiceberg_round_trip, url)
     assert ids == [1, 2, 3, 4]
     assert "ACCESS_DENIED" in refusal.upper().replace(" ", "_"), refusal
+
+
+async def test_pyiceberg_without_keys_writes_and_reads_through_remote_signing(
+    serve: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """PyIceberg's signer (``s3.signer``, which the planner's config names) works only in
+    its fsspec FileIO (s3fs): every S3 request it sends is signed by the planner, and a read
+    token gets no write signed."""
+    from pyiceberg.exceptions import SignError
+
+    caplog.set_level(logging.INFO, logger="icefloe.audit")
+    served = await serve(remote_signing=True)
+    url = str(served.client.make_url("")).rstrip("/")
+    ids, refusal = await asyncio.to_thread(
+        _pyiceberg_round_trip,
+        url,
+        SignError,
+        **{
+            "header.X-Iceberg-Access-Delegation": "remote-signing",
+            "py-io-impl": "pyiceberg.io.fsspec.FsspecFileIO",
+            # (s3.signer: S3V4RestSigner comes from the planner's loadTable config.)
+        },
+    )
+    assert ids == [1, 2, 3, 4]
+    assert "Failed to sign request 403" in refusal, refusal
+    lines = [json.loads(r.getMessage()) for r in caplog.records if r.name == "icefloe.audit"]
+    signed = [(x["principal"], x["status"]) for x in lines if x["operation"] == "signRequest"]
+    # The writer's data, manifest and manifest-list PUTs, twice; the reader's data PUT.
+    assert signed.count(("writer", 200)) == 6 and signed[-1] == ("reader", 403), signed
