@@ -327,18 +327,27 @@ def _read_file(reader: str, path: str) -> Any:
     )
 
 
-def read_avro_table(data: bytes, location: str, reader: str = DEFAULT_READER) -> pa.Table:
+def read_avro_table(
+    data: bytes,
+    location: str,
+    reader: str = DEFAULT_READER,
+    *,
+    header: tuple[dict[str, str], int] | None = None,
+) -> pa.Table:
     """An Avro container file's records as an Arrow table, decoded by ``reader``.
 
-    Raises :class:`ArrowDecodeUnavailable` if the reader is missing, fails, or returns
-    another number of records than the file's blocks hold.
+    ``header`` is the file's :func:`~icefloe.avro.codec.read_header` if the caller has read
+    it already. Raises :class:`ArrowDecodeUnavailable` if the reader is missing, fails, or
+    returns another number of records than the file's blocks hold.
     """
     if reader not in READERS:
         raise ArrowDecodeUnavailable(f"no Avro reader {reader!r} (readers: {list(READERS)})")
-    try:
-        meta, end = read_header(data, location)
-    except InvalidFileError as e:
-        raise ArrowDecodeUnavailable(str(e)) from e
+    if header is None:
+        try:
+            header = read_header(data, location)
+        except InvalidFileError as e:
+            raise ArrowDecodeUnavailable(str(e)) from e
+    meta, end = header
     expected = record_count(data, end, location)
     if reader == "datafusion":
         data = _for_datafusion(data, meta, end, location)
