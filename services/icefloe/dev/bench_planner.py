@@ -468,8 +468,9 @@ def _check(
 
 # Rounds of the decode figure: one round is a few tens of milliseconds for icefloe (a few
 # hundred for PyIceberg), so a best of 3 on a shared machine too often has every icefloe run
-# preempted; more rounds, interleaved, give both sides the same chances.
-DECODE_ROUNDS = 7
+# preempted; more rounds, interleaved, give both sides the same chances (15: at a load of 5
+# to 14 on two cores, a best of 7 still varied by a quarter from run to run).
+DECODE_ROUNDS = 15
 
 
 def _decode_figure(ctx: BenchContext, generated: Generated, label: str) -> Figure | None:

@@ -149,7 +149,8 @@ def decode_columns(
     """
     location = manifest.manifest_path
     try:
-        meta, _ = read_header(data, location)
+        header = read_header(data, location)
+        meta = header[0]
         conv = _conversion(meta["avro.schema"])
     except (InvalidFileError, KeyError, ValueError, ValidationError) as e:
         raise ArrowDecodeUnavailable(f"the Avro header of {location} is unusable: {e}") from e
@@ -169,17 +170,16 @@ def decode_columns(
             raise ArrowDecodeUnavailable(f"{location}: data_file field {f.field_id} is no map")
     content_text = meta.get("content", "data")
 
-    table = read_avro_table(data, location, reader)
+    table = read_avro_table(data, location, reader, header=header)
     n = table.num_rows
     try:
-        entries = table.combine_chunks()
-        status = _cast(entries.column(names[0]).combine_chunks(), pa.int8(), "status")
-        df = entries.column(names[2]).combine_chunks()
+        status = _cast(_whole(table.column(names[0])), pa.int8(), "status")
+        df = _whole(table.column(names[2]))
     except (KeyError, pa.ArrowException) as e:
         raise ArrowDecodeUnavailable(f"{location}: unexpected columns from the reader: {e}") from e
     if df.null_count:
         raise ArrowDecodeUnavailable(f"{location}: a data_file record is null")
-    if status.null_count or (n and not _all_in(status, (0, 1, 2))):
+    if status.null_count or not _within(status, 0, 2):
         raise ArrowDecodeUnavailable(f"{location}: a status is not 0, 1 or 2")
 
     def df_col(fid: int) -> Any | None:
@@ -196,8 +196,10 @@ def decode_columns(
     if content is None:
         content_arr = pa.repeat(pa.scalar(0, pa.int8()), n)
     else:
-        content_arr = _cast(pc.fill_null(content, 0), pa.int8(), "content")
-        if n and not _all_in(content_arr, (0, 1, 2)):
+        if content.null_count:
+            content = pc.fill_null(content, 0)
+        content_arr = _cast(content, pa.int8(), "content")
+        if not _within(content_arr, 0, 2):
             raise ArrowDecodeUnavailable(f"{location}: a data_file content is not 0, 1 or 2")
     columns["content"] = content_arr
     for fid, (name, t) in _DATA_FILE_SCALARS.items():
@@ -210,10 +212,9 @@ def decode_columns(
         raise ArrowDecodeUnavailable(f"{location}: record_count or file_size_in_bytes is null")
 
     # -- inheritance, as read_manifest does it ---------------------------------------------
-    added = pc.equal(status, int(ManifestEntryStatus.ADDED))
-    snap = entries.column(names[1]).combine_chunks() if 1 in entry_ids else pa.nulls(n, pa.int64())
+    snap = _whole(table.column(names[1])) if 1 in entry_ids else pa.nulls(n, pa.int64())
     snap = _cast(snap, pa.int64(), "snapshot_id")
-    if manifest.added_snapshot_id is not None:
+    if manifest.added_snapshot_id is not None and snap.null_count:
         snap = pc.fill_null(snap, manifest.added_snapshot_id)
     columns["snapshot_id"] = snap
     if 3 not in entry_ids and 4 not in entry_ids:
@@ -222,12 +223,15 @@ def decode_columns(
         columns["file_sequence_number"] = zeros
     else:
         inherited = manifest.sequence_number
+        added = None
         for fid, name in ((3, "data_sequence_number"), (4, "file_sequence_number")):
-            seq = entries.column(names[fid]).combine_chunks() if fid in entry_ids else None
+            seq = _whole(table.column(names[fid])) if fid in entry_ids else None
             seq = pa.nulls(n, pa.int64()) if seq is None else _cast(seq, pa.int64(), name)
             if inherited != UNASSIGNED_SEQ and seq.null_count:
-                take = pc.and_(added, pc.is_null(seq))
-                seq = pc.if_else(take, pa.scalar(inherited, pa.int64()), seq)
+                # ADDED entries inherit the manifest's sequence number where theirs is null.
+                if added is None:
+                    added = pc.equal(status, int(ManifestEntryStatus.ADDED))
+                seq = pc.if_else(added, pc.fill_null(seq, inherited), seq)
             columns[name] = seq
     if content_text == "data" and manifest.first_row_id is not None and n:
         row_ids = columns["first_row_id"]
@@ -273,9 +277,17 @@ def _conversion(avro_schema: str) -> AvroConversion:
     return avro_to_iceberg(json.loads(avro_schema))
 
 
-def _all_in(array: Any, allowed: tuple[int, ...]) -> bool:
-    found = pc.is_in(array, value_set=pa.array(allowed, array.type))
-    return bool(pc.all(found).as_py())
+def _whole(column: Any) -> Any:
+    """A table column as one array: its only chunk as it is (``combine_chunks`` copies even
+    a single chunk: a third of a millisecond for a 5,000-entry manifest's ``data_file``)."""
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+def _within(array: Any, low: int, high: int) -> bool:
+    """Whether every value of an integer array without nulls is in ``[low, high]`` (its
+    minimum and maximum, read through a zero-copy numpy view)."""
+    values = array.to_numpy()
+    return len(values) == 0 or (int(values.min()) >= low and int(values.max()) <= high)
 
 
 def _file_formats(array: Any) -> Any:

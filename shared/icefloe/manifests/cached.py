@@ -184,7 +184,7 @@ class CachedManifest:
             arrow = cls(manifest, spec, partition_type, decoded[0], decoded[1], None)
             if decoder == "verify":
                 reference = cls.decode(data, manifest, specs, schema, decoder="fastavro")
-                _same_columns(arrow, reference)
+                same_columns(arrow, reference)
             return arrow
         entries = read_manifest(data, location=location, manifest_file=manifest, spec_by_id=specs)
         n = len(entries)
@@ -431,7 +431,7 @@ class ManifestDecodeMismatch(IcefloeError):
     """The native and fastavro decodings of one manifest differ (``verify`` mode)."""
 
 
-def _same_columns(arrow: CachedManifest, reference: CachedManifest) -> None:
+def same_columns(arrow: CachedManifest, reference: CachedManifest) -> None:
     """Raise :class:`ManifestDecodeMismatch` unless both decodings hold the same values."""
     where = arrow.path
     if arrow.num_rows != reference.num_rows:
@@ -615,4 +615,5 @@ __all__ = [
     "ManifestDecodeMismatch",
     "ManifestRows",
     "map_dicts",
+    "same_columns",
 ]
