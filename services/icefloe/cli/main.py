@@ -160,7 +160,7 @@ async def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 async def cmd_planner(args: argparse.Namespace) -> int:
-    from icefloe.planner.app import run_from_args
+    from icefloe.planner.serving import run_from_args
 
     return await run_from_args(args)
 

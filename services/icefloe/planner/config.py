@@ -67,6 +67,14 @@ class PlannerConfig(BaseSettings, KafkaSettings):
     planning_concurrency: int = Field(
         2, ge=1, le=256, description="plans pruned or pages serialized at once (threads)"
     )
+    planning_thread_nice: int = Field(
+        0,
+        ge=0,
+        le=19,
+        description="nice increment of the threads that plan, decode manifests and write "
+        "pages (Linux; 0: as the process), so a busy machine runs the event loop that "
+        "answers /healthz before them",
+    )
     tasks_per_page: int = Field(
         5000,
         ge=1,

@@ -15,6 +15,11 @@ class ApiError(Exception):
         self.message = message
 
 
+def bad_request(message: str) -> ApiError:
+    """A 400 ``BadRequestException``: the client sent something malformed."""
+    return ApiError(400, "BadRequestException", message)
+
+
 def error_response(code: int, error_type: str, message: str, *, head: bool = False) -> web.Response:
     if head:
         return web.Response(status=code)

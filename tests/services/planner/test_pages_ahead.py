@@ -17,13 +17,13 @@ from typing import Any
 import pytest
 from test_planner import BASE, World, make_client, plan, world  # noqa: F401
 
-from icefloe.planner import app as planner_app
+from icefloe.planner import plan_routes
 from icefloe.planner.pages_ahead import PagesAhead
 
 
 @pytest.fixture
 def every_page_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(planner_app, "INLINE_PAGE_TASKS", 0)
+    monkeypatch.setattr(plan_routes, "INLINE_PAGE_TASKS", 0)
 
 
 async def _page(client: Any, token: str) -> bytes:

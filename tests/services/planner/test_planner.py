@@ -29,7 +29,8 @@ from icefloe.errors import NotFoundError
 from icefloe.events import TableCommitted
 from icefloe.io.fileio import LocalFileIO
 from icefloe.parquet.files import write_files
-from icefloe.planner.app import OPENAPI_FILE, PlannerService
+from icefloe.planner.app import PlannerService
+from icefloe.planner.catalog_routes import OPENAPI_FILE
 from icefloe.planner.config import PlannerConfig, add_arguments, overrides_from_args
 from icefloe.planner.openapi import ENDPOINTS, served_openapi, trim_openapi
 from icefloe.planner.plans import PlanStore

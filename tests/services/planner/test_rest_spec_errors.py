@@ -23,7 +23,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from icefloe.catalog.fs import FileSystemCatalog
 from icefloe.io.fileio import LocalFileIO
-from icefloe.planner.app import OPENAPI_FILE, PlannerService
+from icefloe.planner.app import PlannerService
+from icefloe.planner.catalog_routes import OPENAPI_FILE
 from icefloe.planner.config import PlannerConfig
 from icefloe.planner.write_config import RestCatalogSettings
 from icefloe.planner.write_routes import OPENAPI_FILE as WRITE_OPENAPI_FILE

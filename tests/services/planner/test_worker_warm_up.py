@@ -13,7 +13,7 @@ import sys
 
 SCRIPT = """
 import json, sys
-from icefloe.planner.app import _warm_up
+from icefloe.planner.serving import _warm_up
 _warm_up()
 before = set(sys.modules)
 import pyarrow as pa, pyarrow.compute as pc
