@@ -90,9 +90,11 @@ from icefloe.planner.pages_ahead import PagesAhead
 from icefloe.planner.plan_cancellations import SharedCancellations
 from icefloe.planner.plans import PlanStore, StoredPlan
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
+from icefloe.planner.shared_pages import SharedPages
 from icefloe.planner.tokens import (
     SECRET_ENV,
     SECRET_FILE_ENV,
+    PlanIdentity,
     PlanTokens,
     SecretError,
     TokenError,
@@ -255,6 +257,7 @@ class _StateCollector:
             ("cache_evictions", stats.evictions, "manifests evicted from the cache"),
             ("cache_read_bytes", stats.bytes_read, "bytes of manifests and lists read"),
             ("plans_dropped_for_memory", s.plans.dropped_for_memory, "plans dropped for room"),
+            ("pages_shared_used", s.ahead.shared_used, "pages another process wrote ahead"),
         ):
             counter = CounterMetricFamily(f"icefloe_planner_{name}", doc)
             counter.add_metric([], value)
@@ -369,7 +372,9 @@ class PlannerService:
         # Request bodies in memory at once: the body limit for each of a few dozen requests.
         self._bodies = ByteBudget(BODIES_IN_FLIGHT * config.max_request_bytes)
         # One page ahead per plan, as many plans at once as pages are written at once.
-        self.ahead = PagesAhead(config.planning_concurrency, PAGES_AHEAD_MAX_BYTES)
+        # ... shared with the other processes of the host through the disk cache.
+        shared = SharedPages(Path(config.cache_dir, "plan-pages")) if config.cache_dir else None
+        self.ahead = PagesAhead(config.planning_concurrency, PAGES_AHEAD_MAX_BYTES, shared)
         self._serving: set[tuple[str, int]] = set()  # pages being written for a fetch
         self.wall_clock = wall_clock
         self.consumer: TableCommittedFeed | None = None
@@ -869,28 +874,43 @@ class PlannerService:
             page >= stored.pages
             or page in stored.fetched
             or (stored.key, page) in self._serving
-            or self._inline(stored.plan, start, stop)
+            or (self.ahead.shared is None and self._inline(stored.plan, start, stop))
         ):
             return
         plan = stored.plan
-        self.ahead.start(stored.key, plan, page, lambda: self._page(plan, start, stop, b"{", b"}"))
+        write = functools.partial(self._page, plan, start, stop, b"{", b"}")
+        self.ahead.start(stored.key, plan, page, write, stored.plan_id)
 
-    async def _resolve(
+    async def _open_plan_id(
         self, ident: TableIdentifier, plan_id: str, error_type: str, what: str
-    ) -> StoredPlan:
-        """The plan a plan id names: held here, or planned again from its signed request."""
-
-        def missing(reason: str) -> ApiError:
-            return ApiError(404, error_type, f"{what} of table {ident} does not exist: {reason}")
-
+    ) -> PlanIdentity:
+        """What a plan id of this table says, if it is valid, unexpired and not cancelled."""
         try:
             identity = self.tokens.open(plan_id, self.wall_clock())
         except TokenError as e:
-            raise missing(str(e)) from None
+            raise _missing(ident, error_type, what, str(e)) from None
         if identity.table != _table_key(ident):
-            raise missing("it belongs to another table")
+            raise _missing(ident, error_type, what, "it belongs to another table")
         if self.plans.cancelled(identity.key) or await self.cancellations.cancelled(identity.key):
-            raise missing("the plan was cancelled")
+            raise _missing(ident, error_type, what, "the plan was cancelled")
+        return identity
+
+    async def _resolve(
+        self,
+        ident: TableIdentifier,
+        plan_id: str,
+        error_type: str,
+        what: str,
+        identity: PlanIdentity | None = None,
+    ) -> StoredPlan:
+        """The plan a plan id names (``identity``: opened already): held here, or planned
+        again from its signed request."""
+
+        def missing(reason: str) -> ApiError:
+            return _missing(ident, error_type, what, reason)
+
+        if identity is None:
+            identity = await self._open_plan_id(ident, plan_id, error_type, what)
         stored = self.plans.get(identity.key, ident)
         if stored is not None:
             return stored
@@ -936,7 +956,7 @@ class PlannerService:
             )
         self.plans.remove(identity.key, ident)
         self.plans.cancel(identity.key)
-        self.ahead.drop(identity.key)
+        await self.ahead.forget(identity.key)
         await self.cancellations.cancel(identity.key)
         return web.Response(status=204)
 
@@ -962,7 +982,12 @@ class PlannerService:
             raise ApiError(
                 404, "NoSuchPlanTaskException", f"{what} of table {ident} does not exist: {e}"
             ) from None
-        stored = await self._resolve(ident, plan_id, "NoSuchPlanTaskException", what)
+        identity = await self._open_plan_id(ident, plan_id, "NoSuchPlanTaskException", what)
+        if self.plans.get(identity.key, ident) is None:  # a page written ahead elsewhere?
+            shared = await self.ahead.take_shared(plan_id, identity.key, page)
+            if shared is not None:
+                return _json_bytes_response(shared)
+        stored = await self._resolve(ident, plan_id, "NoSuchPlanTaskException", what, identity)
         if not 1 <= page < stored.pages:
             raise ApiError(
                 404,
@@ -973,7 +998,7 @@ class PlannerService:
         serving = (stored.key, page)
         self._serving.add(serving)
         try:
-            body_out = await self.ahead.take(stored.key, stored.plan, page)
+            body_out = await self.ahead.take(stored.key, stored.plan, page, stored.plan_id)
             if body_out is None:
                 start = page * stored.page_size
                 stop = start + stored.page_size
@@ -983,6 +1008,10 @@ class PlannerService:
         self.plans.page_fetched(stored, page)
         self._write_ahead(stored, page + 1)
         return _json_bytes_response(body_out)
+
+
+def _missing(ident: TableIdentifier, error_type: str, what: str, reason: str) -> ApiError:
+    return ApiError(404, error_type, f"{what} of table {ident} does not exist: {reason}")
 
 
 def _records_or_none(catalog: Catalog) -> Records | None:
