@@ -23,8 +23,10 @@ Safety, as an adversary would try it:
   the bytes are the same (a page is a function of its signed plan), and a reader holds
   whichever inode it opened.
 * A page is deleted when it is taken (one fetch per page, as in memory), and the directory
-  is kept within ``max_bytes`` by deleting the oldest files first; each writer counts the
-  directory again when its own count says it is over, so the other processes' files count.
+  is kept within ``max_bytes`` by deleting the oldest files first. The other processes
+  write there too, so each writer counts the directory again whenever it has written a
+  sixteenth of the budget since it last did (or its own count says it is over): the
+  directory holds at most ``max_bytes`` plus a sixteenth of it per writing process.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ class SharedPages:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
         self._bytes = self._count()
+        self._since_count = 0  # bytes this process wrote since it last counted the directory
         self.writes = 0
         self.hits = 0
         self.damaged = 0
@@ -111,7 +114,8 @@ class SharedPages:
                 os.replace(tmp, target)
                 self.writes += 1
                 self._bytes += size
-                if self._bytes > self.max_bytes:
+                self._since_count += size
+                if self._bytes > self.max_bytes or self._since_count > self.max_bytes // 16:
                     self._shrink()
         except OSError as e:
             log.warning("shared plan pages: cannot write %s: %s", target.name, e)
@@ -168,8 +172,9 @@ class SharedPages:
             self._bytes = max(0, self._bytes - size)
 
     def _shrink(self) -> None:
-        """Count the directory again (other processes write here too) and delete the oldest
-        files until 90% of the budget is used; called with the lock held."""
+        """Count the directory again (other processes write here too) and, if it is over
+        the budget, delete the oldest files until 90% of it is used; called with the lock
+        held."""
         files = []
         for p in self._files():
             try:
@@ -179,7 +184,8 @@ class SharedPages:
             files.append((st.st_mtime, st.st_size, p))
         files.sort()
         total = sum(size for _, size, _ in files)
-        goal = self.max_bytes * 9 // 10
+        self._since_count = 0
+        goal = self.max_bytes * 9 // 10 if total > self.max_bytes else total
         for _, size, p in files:
             if total <= goal:
                 break
