@@ -91,6 +91,7 @@ from icefloe.planner.plan_cancellations import SharedCancellations
 from icefloe.planner.plans import PlanStore, StoredPlan
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher, TableState
 from icefloe.planner.shared_pages import SharedPages
+from icefloe.planner.single_flight import SingleFlight
 from icefloe.planner.tokens import (
     SECRET_ENV,
     SECRET_FILE_ENV,
@@ -376,6 +377,7 @@ class PlannerService:
         shared = SharedPages(Path(config.cache_dir, "plan-pages")) if config.cache_dir else None
         self.ahead = PagesAhead(config.planning_concurrency, PAGES_AHEAD_MAX_BYTES, shared)
         self._serving: set[tuple[str, int]] = set()  # pages being written for a fetch
+        self._replans: SingleFlight[StoredPlan] = SingleFlight()  # plans planned again
         self.wall_clock = wall_clock
         self.consumer: TableCommittedFeed | None = None
         if config.brokers:
@@ -914,6 +916,13 @@ class PlannerService:
         stored = self.plans.get(identity.key, ident)
         if stored is not None:
             return stored
+        # Fetches of one plan's pages at once (a pool of fetchers) plan it again once.
+        replan = functools.partial(self._replan, ident, identity, missing)
+        return await self._replans.run(identity.key, replan)
+
+    async def _replan(
+        self, ident: TableIdentifier, identity: PlanIdentity, missing: Callable[[str], ApiError]
+    ) -> StoredPlan:
         if identity.request is None:
             raise missing(
                 "the plan was made by another replica (or dropped) and its request was too "
