@@ -23,6 +23,13 @@ other when the client's next fetch lands on it, without that process planning th
 again. A page taken from memory is deleted there (it was fetched), and a cancelled plan's
 pages are deleted (:meth:`PagesAhead.forget`). The disk work runs in worker threads; a
 miss costs one ``stat`` on the event loop.
+
+Putting a page on disk that the same process then serves from memory is wasted work (a
+client on one keep-alive connection sends every fetch to the process that planned), so
+only page 1 (the fetch after the plan request, the first that may come on another
+connection) and the pages of plans seen *spread* over processes are put there: a plan
+whose page this process did not have in memory ahead (another process served the page
+before) or took from the directory.
 """
 
 from __future__ import annotations
@@ -58,6 +65,21 @@ class PagesAhead:
         self._disk: set[asyncio.Task[Any]] = set()  # puts and deletes in worker threads
         self.used = 0  # pages served from a body written ahead (for tests and metrics)
         self.shared_used = 0  # of which written ahead by another process (shared)
+        self._spread: OrderedDict[str, None] = OrderedDict()  # plans served by several
+
+    # Plans remembered as spread over processes, at most (the oldest forgotten first).
+    MAX_SPREAD = 4096
+
+    def _spreads(self, key: str) -> None:
+        self._spread[key] = None
+        self._spread.move_to_end(key)
+        while len(self._spread) > self.MAX_SPREAD:
+            self._spread.popitem(last=False)
+
+    def _shares(self, key: str, page: int, plan_id: str | None) -> bool:
+        return (
+            self.shared is not None and plan_id is not None and (page == 1 or key in self._spread)
+        )
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -79,7 +101,9 @@ class PagesAhead:
         with ``plan_id``, also put it in the shared directory once written, unless another
         process already did."""
         self.drop(key)
-        if self.shared is not None and plan_id is not None and self.shared.has(key, page):
+        if not self._shares(key, page, plan_id):
+            plan_id = None
+        elif self.shared is not None and self.shared.has(key, page):
             return  # written ahead by another process: a fetch here takes it from there
         while len(self._entries) >= self.max_pages:
             self.drop(next(iter(self._entries)))
@@ -117,7 +141,10 @@ class PagesAhead:
         if entry is None or entry.page != page or entry.plan() is not plan:
             if entry is not None and entry.plan() is not plan:
                 self.drop(key)
-            return None if plan_id is None else await self.take_shared(plan_id, key, page)
+            if plan_id is None or self.shared is None:
+                return None
+            self._spreads(key)  # the page before was not served from here
+            return await self.take_shared(plan_id, key, page)
         self._entries.pop(key)
         self._bytes -= entry.nbytes
         try:
@@ -130,7 +157,7 @@ class PagesAhead:
         except Exception:  # the caller writes the page again and reports the error
             return None
         self.used += 1
-        if self.shared is not None and plan_id is not None:
+        if self.shared is not None and self._shares(key, page, plan_id):
             self._in_thread(self.shared.discard, key, page)  # fetched: no one else serves it
         return body
 
@@ -144,11 +171,13 @@ class PagesAhead:
         if body is not None:
             self.used += 1
             self.shared_used += 1
+            self._spreads(key)
         return body
 
     async def forget(self, key: str) -> None:
         """Drop the page ahead of a cancelled plan, here and in the shared directory."""
         self.drop(key)
+        self._spread.pop(key, None)
         if self.shared is not None:
             await asyncio.to_thread(self.shared.forget, key)
 

@@ -152,13 +152,42 @@ async def test_a_page_written_ahead_by_one_process_is_taken_by_another(tmp_path:
     assert await reader.take(KEY, _Plan(), 1, PLAN) == b'{"file-scan-tasks":[1]}'
     assert reader.shared_used == 1
     # Already written ahead by another process: not written again here.
-    assert writer.shared.put(PLAN, KEY, 2, b"{}")  # type: ignore[union-attr]
-    writer.start(KEY, plan, 2, write, PLAN)
+    assert writer.shared.put(PLAN, KEY, 1, b"{}")  # type: ignore[union-attr]
+    writer.start(KEY, plan, 1, write, PLAN)
     assert len(writer) == 0
     await writer.forget(KEY)
-    assert not writer.shared.has(KEY, 2)  # type: ignore[union-attr]
+    assert not writer.shared.has(KEY, 1)  # type: ignore[union-attr]
     await writer.close()
     await reader.close()
+
+
+async def test_only_page_1_and_pages_of_plans_spread_over_processes_go_to_disk(
+    tmp_path: Path,
+) -> None:
+    """A client on one connection takes every page from the memory of the process that
+    planned: putting its pages on disk would be wasted work."""
+    ahead = PagesAhead(2, 1 << 20, SharedPages(tmp_path))
+    plan = _Plan()
+
+    async def write() -> bytes:
+        return b"{}"
+
+    async def written(page: int) -> bool:
+        ahead.start(KEY, plan, page, write, PLAN)
+        entry = ahead._entries[KEY]
+        await entry.task
+        await asyncio.gather(*ahead._disk)
+        return ahead.shared.has(KEY, page)  # type: ignore[union-attr]
+
+    assert await written(1)  # the fetch after the plan request may land anywhere
+    assert await ahead.take(KEY, plan, 1, PLAN) == b"{}"
+    assert not await written(2)  # served here in order: memory only
+    assert await ahead.take(KEY, plan, 2, PLAN) == b"{}"
+    assert not await written(3)
+    # Page 4 asked while page 3 waits ahead: another process served page 3.
+    assert await ahead.take(KEY, plan, 4, PLAN) is None
+    assert await written(5)
+    await ahead.close()
 
 
 async def test_a_page_taken_from_memory_is_deleted_from_the_directory(tmp_path: Path) -> None:
