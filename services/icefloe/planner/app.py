@@ -374,7 +374,7 @@ class PlannerService:
         self._bodies = ByteBudget(BODIES_IN_FLIGHT * config.max_request_bytes)
         # One page ahead per plan, as many plans at once as pages are written at once.
         # ... shared with the other processes of the host through the disk cache.
-        shared = SharedPages(Path(config.cache_dir, "plan-pages")) if config.cache_dir else None
+        shared = SharedPages.beside(config.cache_dir, config.cache_disk_max_bytes)
         self.ahead = PagesAhead(config.planning_concurrency, PAGES_AHEAD_MAX_BYTES, shared)
         self._serving: set[tuple[str, int]] = set()  # pages being written for a fetch
         self._replans: SingleFlight[StoredPlan] = SingleFlight()  # plans planned again

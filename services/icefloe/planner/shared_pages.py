@@ -74,6 +74,16 @@ class SharedPages:
         self.hits = 0
         self.damaged = 0
 
+    @classmethod
+    def beside(cls, cache_dir: str | None, disk_budget: int) -> SharedPages | None:
+        """The pages directory of a planner's disk cache (``plan-pages`` under it), within
+        :data:`DEFAULT_MAX_BYTES` or the cache's own budget if smaller; None without a disk
+        cache or with a zero budget (nothing is shared)."""
+        budget = min(DEFAULT_MAX_BYTES, disk_budget)
+        if not cache_dir or budget <= 0:
+            return None
+        return cls(Path(cache_dir, "plan-pages"), budget)
+
     def _path(self, key: str, page: int) -> Path:
         return self.directory / f"{_prefix(key)}-{page}{SUFFIX}"
 

@@ -20,7 +20,7 @@ from test_planner import BASE, World, world  # noqa: F401
 from hypothesis_budget import examples
 from icefloe.dev.bench_planner_service import metric_value
 from icefloe.planner.pages_ahead import PagesAhead
-from icefloe.planner.shared_pages import SUFFIX, SharedPages
+from icefloe.planner.shared_pages import DEFAULT_MAX_BYTES, SUFFIX, SharedPages
 
 PLAN = "plan-id-one.signature"
 OTHER = "plan-id-two.signature"
@@ -117,6 +117,16 @@ def test_two_writers_of_the_same_page_leave_one_whole_page(tmp_path: Path) -> No
         t.join()
     assert pages[0].take(PLAN, KEY, 7) == body
     assert _files(tmp_path) == [] and not list(tmp_path.glob("*.tmp"))
+
+
+def test_pages_are_shared_only_beside_a_disk_cache_with_room(tmp_path: Path) -> None:
+    assert SharedPages.beside(None, 1 << 30) is None
+    assert SharedPages.beside(str(tmp_path), 0) is None  # the disk cache is turned off
+    small = SharedPages.beside(str(tmp_path), 1 << 20)
+    assert small is not None and small.max_bytes == 1 << 20
+    assert small.directory == tmp_path / "plan-pages"
+    large = SharedPages.beside(str(tmp_path), 1 << 40)
+    assert large is not None and large.max_bytes == DEFAULT_MAX_BYTES
 
 
 def test_a_cancelled_plans_pages_are_deleted(tmp_path: Path) -> None:
