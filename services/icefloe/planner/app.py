@@ -869,14 +869,16 @@ class PlannerService:
 
     def _write_ahead(self, stored: StoredPlan, page: int) -> None:
         """Start writing ``page`` of a plan whose previous page was just served, unless it is
-        served, being written for a fetch, or cheap enough to write when asked for."""
+        served, being written for a fetch, or cheap enough to write when asked for (cheaper,
+        too, than sharing it with the other processes through the disk: a page of a full
+        plan whose task texts are written is a copy of them)."""
         start = page * stored.page_size
         stop = start + stored.page_size
         if (
             page >= stored.pages
             or page in stored.fetched
             or (stored.key, page) in self._serving
-            or (self.ahead.shared is None and self._inline(stored.plan, start, stop))
+            or self._inline(stored.plan, start, stop)
         ):
             return
         plan = stored.plan

@@ -76,7 +76,9 @@ class PagesAhead:
         while len(self._spread) > self.MAX_SPREAD:
             self._spread.popitem(last=False)
 
-    def _shares(self, key: str, page: int, plan_id: str | None) -> bool:
+    def shares(self, key: str, page: int, plan_id: str | None) -> bool:
+        """Whether ``page`` of plan ``key`` written ahead goes to the shared directory too:
+        page 1, and the pages of plans seen spread over processes."""
         return (
             self.shared is not None and plan_id is not None and (page == 1 or key in self._spread)
         )
@@ -101,7 +103,7 @@ class PagesAhead:
         with ``plan_id``, also put it in the shared directory once written, unless another
         process already did."""
         self.drop(key)
-        if not self._shares(key, page, plan_id):
+        if not self.shares(key, page, plan_id):
             plan_id = None
         elif self.shared is not None and self.shared.has(key, page):
             return  # written ahead by another process: a fetch here takes it from there
@@ -143,7 +145,8 @@ class PagesAhead:
                 self.drop(key)
             if plan_id is None or self.shared is None:
                 return None
-            self._spreads(key)  # the page before was not served from here
+            if entry is not None:
+                self._spreads(key)  # the page written ahead here was not fetched from here
             return await self.take_shared(plan_id, key, page)
         self._entries.pop(key)
         self._bytes -= entry.nbytes
@@ -157,7 +160,7 @@ class PagesAhead:
         except Exception:  # the caller writes the page again and reports the error
             return None
         self.used += 1
-        if self.shared is not None and self._shares(key, page, plan_id):
+        if self.shared is not None and self.shares(key, page, plan_id):
             self._in_thread(self.shared.discard, key, page)  # fetched: no one else serves it
         return body
 

@@ -1,8 +1,7 @@
-# ruff: noqa: F811  (pytest fixtures imported from test_planner are parameters here)
 """Pages written ahead shared through a disk directory: served only whole and only for the
 plan and page they were written for, deleted when taken or cancelled, within their budget,
 and safe when two writers put the same page at once; and between two real planner processes
-sharing a cache directory (the ``world`` table of ``test_planner``)."""
+sharing a cache directory (a table of :mod:`icefloe.dev.bench_planner`'s generator)."""
 
 from __future__ import annotations
 
@@ -15,10 +14,11 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_planner import BASE, World, world  # noqa: F401
+from test_planner import BASE
 
 from hypothesis_budget import examples
-from icefloe.dev.bench_planner_service import metric_value
+from icefloe.dev.bench_planner import generate
+from icefloe.dev.bench_planner_service import metric_value, register_table
 from icefloe.planner.pages_ahead import PagesAhead
 from icefloe.planner.shared_pages import DEFAULT_MAX_BYTES, SUFFIX, SharedPages
 
@@ -239,9 +239,7 @@ async def _metric(session: Any, url: str, name: str) -> float:
         return metric_value(await r.text(), name)
 
 
-async def test_two_planner_processes_share_pages_written_ahead(
-    world: World, tmp_path: Path
-) -> None:
+async def test_two_planner_processes_share_pages_written_ahead(tmp_path: Path) -> None:
     """Process A plans and writes page 1 ahead into the shared directory; process B, which
     never planned the scan, serves it from there (byte-identical to what B writes itself
     once it plans); a cancelled plan's pages are not served, even a file a racing writer
@@ -249,22 +247,28 @@ async def test_two_planner_processes_share_pages_written_ahead(
     import aiohttp
     from planner_process import planner_process
 
+    # Pages of a filtered plan of a generated table: written by the column writer, the pages
+    # worth writing ahead (a few tasks, or slices of texts already written, are not).
+    warehouse = tmp_path / "warehouse"
+    generate(warehouse / "db", 240, 60, "events")
+    await register_table(warehouse)
+    request = {"filter": {"type": "not-null", "term": "user_id"}}
     cache = tmp_path / "cache"
     pages = cache / "plan-pages"
     settings = {
-        "tasks_per_page": "2",
+        "tasks_per_page": "40",
         "cache_dir": str(cache),
         "plan_secret": "a secret the two processes share",
         "access_log": "false",
     }
     async with (
         aiohttp.ClientSession() as session,
-        planner_process(world.warehouse, session, **settings) as (a, _),
-        planner_process(world.warehouse, session, **settings) as (b, _),
+        planner_process(warehouse, session, **settings) as (a, _),
+        planner_process(warehouse, session, **settings) as (b, _),
     ):
 
         async def plan_on_a() -> list[str]:
-            status, raw = await _post(session, a + BASE + "/plan", {})
+            status, raw = await _post(session, a + BASE + "/plan", request)
             assert status == 200, raw
             tokens: list[str] = json.loads(raw)["plan-tasks"]
             assert len(tokens) >= 2
