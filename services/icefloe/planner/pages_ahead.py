@@ -27,9 +27,12 @@ miss costs one ``stat`` on the event loop.
 Putting a page on disk that the same process then serves from memory is wasted work (a
 client on one keep-alive connection sends every fetch to the process that planned), so
 only page 1 (the fetch after the plan request, the first that may come on another
-connection) and the pages of plans seen *spread* over processes are put there: a plan
-whose page this process did not have in memory ahead (another process served the page
-before) or took from the directory.
+connection) and the pages of plans seen *spread* over processes are put there: a plan whose
+page written ahead here was not fetched here (another process served it), or a page of
+which this process took from the directory. Pages cheap enough to write when asked for
+(slices of task texts already written, as a full plan's are) are not written ahead at all
+(see :meth:`icefloe.planner.app.PlannerService._write_ahead`): copying one is cheaper than
+putting it through the disk.
 """
 
 from __future__ import annotations
