@@ -67,6 +67,7 @@ from icefloe.planner.plan_cancellations import SharedCancellations
 from icefloe.planner.plan_routes import PlanRoutes
 from icefloe.planner.plans import PlanStore
 from icefloe.planner.refresher import TableCommittedFeed, TableRefresher
+from icefloe.planner.shared_pages import SharedPages
 from icefloe.planner.table_lookup import TableLookup
 from icefloe.planner.tokens import SECRET_ENV, SECRET_FILE_ENV, PlanTokens, SecretError, load_secret
 from icefloe.planner.write_config import RestCatalogSettings
@@ -150,8 +151,10 @@ class PlannerService:
         self.cancellations = SharedCancellations(
             _records_or_none(self.catalog), config.plan_ttl_ms / 1000.0
         )
-        # One page ahead per plan, as many plans at once as pages are written at once.
-        self.ahead = PagesAhead(config.planning_concurrency, PAGES_AHEAD_MAX_BYTES)
+        # One page ahead per plan, as many plans at once as pages are written at once,
+        # shared with the other processes of the host through the disk cache.
+        shared = SharedPages.beside(config.cache_dir, config.cache_disk_max_bytes)
+        self.ahead = PagesAhead(config.planning_concurrency, PAGES_AHEAD_MAX_BYTES, shared)
         self.wall_clock = wall_clock
         self.consumer: TableCommittedFeed | None = None
         if config.brokers:

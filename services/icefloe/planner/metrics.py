@@ -37,6 +37,7 @@ class StateCollector:
             ("cache_evictions", stats.evictions, "manifests evicted from the cache"),
             ("cache_read_bytes", stats.bytes_read, "bytes of manifests and lists read"),
             ("plans_dropped_for_memory", s.plans.dropped_for_memory, "plans dropped for room"),
+            ("pages_shared_used", s.ahead.shared_used, "pages another process wrote ahead"),
         ):
             counter = CounterMetricFamily(f"icefloe_planner_{name}", doc)
             counter.add_metric([], value)

@@ -44,8 +44,9 @@ from icefloe.planner.plan_request import (
 )
 from icefloe.planner.plans import PlanStore, StoredPlan
 from icefloe.planner.refresher import TableState
+from icefloe.planner.single_flight import SingleFlight
 from icefloe.planner.table_lookup import TableLookup
-from icefloe.planner.tokens import PlanTokens, TokenError, parse_plan_task
+from icefloe.planner.tokens import PlanIdentity, PlanTokens, TokenError, parse_plan_task
 from icefloe.runtime.released_body import json_bytes_response
 from icefloe.scan.planning import ScanPlan, plan_scan
 from icefloe.scan.tasks_json import page_is_written, scan_tasks_wrapped
@@ -92,6 +93,7 @@ class PlanRoutes:
         # waits behind every handler step queued before it. Queued requests cost nothing.
         self._admission = asyncio.Semaphore(2 * config.planning_concurrency)
         self._serving: set[tuple[str, int]] = set()  # pages being written for a fetch
+        self._replans: SingleFlight[StoredPlan] = SingleFlight()  # plans planned again
         self._planned = Counter(
             "icefloe_planner_planned_files",
             "data files in planned scans, and files pruned by partition and by metrics",
@@ -239,7 +241,9 @@ class PlanRoutes:
 
     def _write_ahead(self, stored: StoredPlan, page: int) -> None:
         """Start writing ``page`` of a plan whose previous page was just served, unless it is
-        served, being written for a fetch, or cheap enough to write when asked for."""
+        served, being written for a fetch, or cheap enough to write when asked for (cheaper,
+        too, than sharing it with the other processes through the disk: a page of a full
+        plan whose task texts are written is a copy of them)."""
         start = page * stored.page_size
         stop = start + stored.page_size
         if (
@@ -250,27 +254,49 @@ class PlanRoutes:
         ):
             return
         plan = stored.plan
-        self.ahead.start(stored.key, plan, page, lambda: self._page(plan, start, stop, b"{", b"}"))
+        write = functools.partial(self._page, plan, start, stop, b"{", b"}")
+        self.ahead.start(stored.key, plan, page, write, stored.plan_id)
 
-    async def _resolve(
+    async def _open_plan_id(
         self, ident: TableIdentifier, plan_id: str, error_type: str, what: str
-    ) -> StoredPlan:
-        """The plan a plan id names: held here, or planned again from its signed request."""
-
-        def missing(reason: str) -> ApiError:
-            return ApiError(404, error_type, f"{what} of table {ident} does not exist: {reason}")
-
+    ) -> PlanIdentity:
+        """What a plan id of this table says, if it is valid, unexpired and not cancelled."""
         try:
             identity = self.tokens.open(plan_id, self.wall_clock())
         except TokenError as e:
-            raise missing(str(e)) from None
+            raise _missing(ident, error_type, what, str(e)) from None
         if identity.table != table_key(ident):
-            raise missing("it belongs to another table")
+            raise _missing(ident, error_type, what, "it belongs to another table")
         if self.plans.cancelled(identity.key) or await self.cancellations.cancelled(identity.key):
-            raise missing("the plan was cancelled")
+            raise _missing(ident, error_type, what, "the plan was cancelled")
+        return identity
+
+    async def _resolve(
+        self,
+        ident: TableIdentifier,
+        plan_id: str,
+        error_type: str,
+        what: str,
+        identity: PlanIdentity | None = None,
+    ) -> StoredPlan:
+        """The plan a plan id names (``identity``: opened already): held here, or planned
+        again from its signed request."""
+
+        def missing(reason: str) -> ApiError:
+            return _missing(ident, error_type, what, reason)
+
+        if identity is None:
+            identity = await self._open_plan_id(ident, plan_id, error_type, what)
         stored = self.plans.get(identity.key, ident)
         if stored is not None:
             return stored
+        # Fetches of one plan's pages at once (a pool of fetchers) plan it again once.
+        replan = functools.partial(self._replan, ident, identity, missing)
+        return await self._replans.run(identity.key, replan)
+
+    async def _replan(
+        self, ident: TableIdentifier, identity: PlanIdentity, missing: Callable[[str], ApiError]
+    ) -> StoredPlan:
         if identity.request is None:
             raise missing(
                 "the plan was made by another replica (or dropped) and its request was too "
@@ -313,7 +339,7 @@ class PlanRoutes:
             )
         self.plans.remove(identity.key, ident)
         self.plans.cancel(identity.key)
-        self.ahead.drop(identity.key)
+        await self.ahead.forget(identity.key)
         await self.cancellations.cancel(identity.key)
         return web.Response(status=204)
 
@@ -339,7 +365,12 @@ class PlanRoutes:
             raise ApiError(
                 404, "NoSuchPlanTaskException", f"{what} of table {ident} does not exist: {e}"
             ) from None
-        stored = await self._resolve(ident, plan_id, "NoSuchPlanTaskException", what)
+        identity = await self._open_plan_id(ident, plan_id, "NoSuchPlanTaskException", what)
+        if self.plans.get(identity.key, ident) is None:  # a page written ahead elsewhere?
+            shared = await self.ahead.take_shared(plan_id, identity.key, page)
+            if shared is not None:
+                return _json_bytes_response(shared)
+        stored = await self._resolve(ident, plan_id, "NoSuchPlanTaskException", what, identity)
         if not 1 <= page < stored.pages:
             raise ApiError(
                 404,
@@ -350,7 +381,7 @@ class PlanRoutes:
         serving = (stored.key, page)
         self._serving.add(serving)
         try:
-            body_out = await self.ahead.take(stored.key, stored.plan, page)
+            body_out = await self.ahead.take(stored.key, stored.plan, page, stored.plan_id)
             if body_out is None:
                 start = page * stored.page_size
                 stop = start + stored.page_size
@@ -360,6 +391,10 @@ class PlanRoutes:
         self.plans.page_fetched(stored, page)
         self._write_ahead(stored, page + 1)
         return _json_bytes_response(body_out)
+
+
+def _missing(ident: TableIdentifier, error_type: str, what: str, reason: str) -> ApiError:
+    return ApiError(404, error_type, f"{what} of table {ident} does not exist: {reason}")
 
 
 def _json_bytes_response(body: bytes) -> web.Response:
