@@ -77,7 +77,7 @@ from icefloe.events import CommitOperation, CommitRequested, FilesWritten
 from icefloe.expressions.binding import bind
 from icefloe.expressions.evaluators import MetricsEvaluator, compile_row_filter
 from icefloe.expressions.projection import inclusive_projection
-from icefloe.key_index import KeyIndex
+from icefloe.key_index import KeyIndex, SyncChanges
 from icefloe.manifests.entry_query import EntryQuery
 from icefloe.manifests.manifest import ManifestEntryStatus
 from icefloe.manifests.manifest_list import ManifestContent
@@ -403,20 +403,28 @@ class TableCommitter:
         self._key_index_checkpointed = None
 
     async def sync_key_index(
-        self, metadata: TableMetadata, branch: str, *, checkpoint: bool = False
+        self,
+        metadata: TableMetadata,
+        branch: str,
+        *,
+        checkpoint: bool = False,
+        changed: SyncChanges | None = None,
     ) -> None:
         """After an upsert commit or a compaction: cover the committed snapshot (what the
         attempt staged is now live) and, when one is due (``key_index_checkpoint_s``) or
         ``checkpoint`` asks, let the index persist what a new owner needs
         (:meth:`checkpoint_key_index` writes what is left). Never fails the commit (it is
-        done): an index in doubt is dropped and rebuilt from its checkpoint."""
+        done): an index in doubt is dropped and rebuilt from its checkpoint. ``changed``
+        is what our own commit changed on its parent: the index then compares only those
+        paths, not every live one (see :meth:`KeyIndex.sync`)."""
         index = self._key_index
         if index is None:
             return
         try:
             head = metadata.snapshot_by_ref(branch)
             version = (branch, head.snapshot_id if head is not None else None)
-            await index.sync(await self.live_data_files(metadata, branch), version=version)
+            live = await self.live_data_files(metadata, branch)
+            await index.sync(live, version=version, changed=changed)
             now = time.monotonic()
             last = self._key_index_checkpointed
             self._key_index_dirty = True
@@ -695,7 +703,17 @@ class TableCommitter:
             remaining = []
             await self._advance_live(committed.metadata, snapshot, producer)
             if producer.upsert is not None:
-                await self.sync_key_index(committed.metadata, producer.branch)
+                changes = producer.changes_of(snapshot)
+                changed = (
+                    None
+                    if changes is None
+                    else SyncChanges(
+                        (producer.branch, snapshot.parent_snapshot_id),
+                        [f.file_path for f in changes[0]],
+                        changes[1],
+                    )
+                )
+                await self.sync_key_index(committed.metadata, producer.branch, changed=changed)
         outcome.table = self.table or outcome.table
         return outcome
 

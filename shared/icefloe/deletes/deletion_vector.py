@@ -91,11 +91,15 @@ class DeletionVector:
             raise ValidationError(f"row positions must be integers, got {arr.dtype}")
         if arr.dtype.kind == "i" and int(arr.min()) < 0:
             raise ValidationError(f"row position {int(arr.min())} is negative")
-        if int(arr.max()) > MAX_POSITION:
+        top = int(arr.max())
+        if top > MAX_POSITION:
             raise ValidationError(
-                f"row position {int(arr.max())} exceeds the largest a deletion vector holds "
-                f"({MAX_POSITION})"
+                f"row position {top} exceeds the largest a deletion vector holds ({MAX_POSITION})"
             )
+        if top <= 0xFFFFFFFF:
+            # One bucket (every file under 4G rows): no split by high key, whose np.unique
+            # costs far more than the bitmap for the few positions an upsert deletes per file.
+            return cls({0: BitMap(arr.astype(np.uint32))})
         u = arr.astype(np.uint64)
         keys = (u >> np.uint64(32)).astype(np.uint32)
         low = (u & np.uint64(0xFFFFFFFF)).astype(np.uint32)
@@ -132,6 +136,14 @@ class DeletionVector:
             high = key << 32
             for low in self._buckets[key]:
                 yield high | low
+
+    def last(self) -> int | None:
+        """The largest position, or None when empty (a bound check without
+        materializing every position)."""
+        if not self._buckets:
+            return None
+        key = max(self._buckets)
+        return (key << 32) | self._buckets[key].max()
 
     def to_numpy(self) -> np.ndarray[Any, np.dtype[np.int64]]:
         """Positions in ascending order as an int64 array (vectorized readers)."""

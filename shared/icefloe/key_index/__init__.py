@@ -10,6 +10,7 @@ from icefloe.key_index.index import (
     KeyIndex,
     KeyIndexStats,
     Positions,
+    SyncChanges,
     key_schema,
     key_tuples,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "KeyIndex",
     "KeyIndexStats",
     "Positions",
+    "SyncChanges",
     "key_schema",
     "key_tuples",
 ]

@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -96,6 +96,17 @@ def key_tuples(keys: pa.Table) -> list[Key]:
     """The rows of a key table as tuples (for callers and tests that want Python values)."""
     columns = [c.to_pylist() for c in keys.columns]
     return list(zip(*columns, strict=True)) if columns else []
+
+
+@dataclass(frozen=True, slots=True)
+class SyncChanges:
+    """How a live set differs from the one of version ``since``: the paths of the files
+    added and of those removed (a hint for :meth:`KeyIndex.sync`; paths of delete files
+    may be among them)."""
+
+    since: object
+    added: Iterable[str]
+    removed: Iterable[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,7 +216,13 @@ class KeyIndex:
 
     # -- changing ------------------------------------------------------------------------
 
-    async def sync(self, live: Mapping[str, DataFile], *, version: object = None) -> None:
+    async def sync(
+        self,
+        live: Mapping[str, DataFile],
+        *,
+        version: object = None,
+        changed: SyncChanges | None = None,
+    ) -> None:
         """Cover exactly the data files of ``live`` (path → data file; delete files are
         ignored): read the keys of new ones, forget those no longer live. Files staged by
         the current attempt that are now live are taken over without reading them.
@@ -213,7 +230,13 @@ class KeyIndex:
         ``version`` names what ``live`` is the live set of (the coordinator passes the
         branch head's snapshot id): a sync to the version the last one reached, with
         nothing staged since, has nothing to do and returns at once, instead of comparing
-        millions of paths."""
+        millions of paths.
+
+        ``changed`` says how ``live`` differs from the live set of version
+        ``changed.since`` (the coordinator's own commit, on the version the last sync
+        reached): then only the paths it names are compared, not every live path. Should
+        the index then not cover as many files as ``live`` holds (a wrong hint, or delete
+        files in ``live``), every path is compared after all."""
         async with self._lock:
             if (
                 version is not None
@@ -222,14 +245,20 @@ class KeyIndex:
                 and not self._staged
             ):
                 return
-            self._version = None
+            previous, self._version = self._version, None
             await self._encode_pending()
-            # Set operations on the key views (in C): a table of millions of files changes
-            # by a few per commit, and this runs on every commit. (A covered path is a data
-            # file's; a path never names another kind of file later.)
-            for path in self._where.keys() - live.keys():
-                run, i = self._where.pop(path)
-                run.alive[i] = False
+            incremental = changed is not None and previous is not None and previous == changed.since
+            # A covered path is a data file's; a path never names another kind of file later.
+            if incremental:
+                assert changed is not None
+                for path in changed.removed:
+                    if path in self._where and path not in live:
+                        run, i = self._where.pop(path)
+                        run.alive[i] = False
+            else:
+                # Set operations on the key views (in C): a table of millions of files
+                # changes by a few per commit, and this runs on every commit.
+                self._forget(self._where.keys() - live.keys())
             promoted, taken = [], set()
             for run in self._staged:
                 for i, path in enumerate(run.paths):
@@ -246,11 +275,19 @@ class KeyIndex:
                     promoted.append(run)
             self._staged = []
             await self._install(promoted)
-            new = [
-                f
-                for p in live.keys() - self._where.keys()
-                if (f := live[p]).content == DataFileContent.DATA
-            ]
+            if incremental:
+                assert changed is not None
+                fresh = {p for p in changed.added if p in live and p not in self._where}
+                new = [f for p in fresh if (f := live[p]).content == DataFileContent.DATA]
+                if len(self._where) + len(new) != len(live):
+                    self._forget(self._where.keys() - live.keys())
+                    incremental = False
+            if not incremental:
+                new = [
+                    f
+                    for p in live.keys() - self._where.keys()
+                    if (f := live[p]).content == DataFileContent.DATA
+                ]
             batch: list[tuple[str, EncodedKeys]] = []
             batch_bytes = 0
             for start in range(0, len(new), _READ_CONCURRENCY):
@@ -265,6 +302,12 @@ class KeyIndex:
             if batch:
                 await self._install([await asyncio.to_thread(run_ops.build, batch)])
             self._version = version
+
+    def _forget(self, paths: Iterable[str]) -> None:
+        """Stop covering ``paths`` (no longer live)."""
+        for path in paths:
+            run, i = self._where.pop(path)
+            run.alive[i] = False
 
     async def adopt(self, run: Run) -> None:
         """Cover the files of a run built elsewhere (:func:`icefloe.key_index.runs.build`):
@@ -474,6 +517,7 @@ __all__ = [
     "KeyIndex",
     "KeyIndexStats",
     "Positions",
+    "SyncChanges",
     "key_schema",
     "key_tuples",
 ]

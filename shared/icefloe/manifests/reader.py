@@ -138,6 +138,16 @@ class ManifestReader:
         """
         self._cache.put(path, size, list(manifests))
 
+    def remember_manifest(self, manifest: ManifestFile, entries: list[ManifestEntry]) -> None:
+        """Cache the entries of a manifest this process has just committed, as
+        :meth:`entries` would read them (inherited values filled in from ``manifest``, its
+        committed list row).
+
+        A coordinator's next commit on the table rewrites the delete manifest the last one
+        wrote (the deletion vectors it replaces are in it): without this it would read back
+        and decode every entry it has just encoded."""
+        self._cache.put(manifest.manifest_path, manifest.manifest_length, list(entries))
+
     async def entries(
         self,
         manifest: ManifestFile,
@@ -183,7 +193,14 @@ class ManifestReader:
         (the first decode in a process starts DataFusion, seconds on a loaded machine)."""
         if not self.columnar:
             return [], {m.manifest_path for m in manifests}
-        large = [m for m in manifests if m.manifest_length >= self.columnar_min_bytes]
+        # A manifest whose entries are cached as objects (read before, or remembered at
+        # commit) is answered from them, however large: no read, no decode.
+        large = [
+            m
+            for m in manifests
+            if m.manifest_length >= self.columnar_min_bytes
+            and self._cache.get(m.manifest_path) is None
+        ]
         small = {m.manifest_path for m in manifests} - {m.manifest_path for m in large}
         return large, small
 

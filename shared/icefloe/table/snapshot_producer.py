@@ -65,7 +65,12 @@ from icefloe.deletes.position_delete_file import build_position_delete_file
 from icefloe.errors import CommitFailedError, ValidationConflictError, ValidationError
 from icefloe.manifests.entry_query import EntryQuery, summaries_may_contain
 from icefloe.manifests.manifest import ManifestEntry, ManifestEntryStatus, ManifestWriter
-from icefloe.manifests.manifest_list import ManifestContent, ManifestFile, write_manifest_list
+from icefloe.manifests.manifest_list import (
+    UNASSIGNED_SEQ,
+    ManifestContent,
+    ManifestFile,
+    write_manifest_list,
+)
 from icefloe.manifests.reader import ManifestReader
 from icefloe.spec.datafile import DataFile, DataFileContent
 from icefloe.spec.metadata import TableMetadata
@@ -90,6 +95,9 @@ MANIFEST_TARGET_SIZE = "commit.manifest.target-size-bytes"
 MERGE_ENABLED_DEFAULT = True
 MERGE_MIN_COUNT_DEFAULT = 100
 MANIFEST_TARGET_SIZE_DEFAULT = 8 << 20
+
+# One entry to write: its status, its file, and the entry it carries over (None: new).
+_Row = tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]
 
 # A filter deciding, per live file, whether the operation removes it: True removes it, False
 # keeps it, and a raised ValidationError refuses the whole operation (a file only partly
@@ -160,6 +168,9 @@ class SnapshotProducer:
         self._changes_of_list: dict[str, tuple[list[DataFile], list[str]]] = {}
         # Manifest bytes by path, kept only when the reader has a writer to persist them with.
         self._manifest_bytes: dict[str, bytes] = {}
+        # What each delete manifest any attempt wrote holds, by path: the committed ones'
+        # entries go to the reader's cache (see _remember_deletes).
+        self._delete_rows: dict[str, list[_Row]] = {}
         self._attempts = 0
         # The branch head the operation was planned on: a rewrite must see every delete
         # committed after it (see _check_no_new_deletes).
@@ -216,11 +227,11 @@ class SnapshotProducer:
             dv = DeletionVector.from_array(positions)  # vectorized: no int per position
         else:
             dv = DeletionVector.from_positions(positions)
-        for p in (dv.to_numpy()[-1:]).tolist():
-            if p >= data_file.record_count:
-                raise ValidationError(
-                    f"{data_file.file_path}: position {p} is past its {data_file.record_count} rows"
-                )
+        last = dv.last()
+        if last is not None and last >= data_file.record_count:
+            raise ValidationError(
+                f"{data_file.file_path}: position {last} is past its {data_file.record_count} rows"
+            )
         previous = self._dv_positions.get(data_file.file_path)
         self._dv_positions[data_file.file_path] = (
             data_file,
@@ -601,7 +612,8 @@ class SnapshotProducer:
                     if isinstance(item, DeletionVector)
                     else await self._positions_of(item, path)
                 )
-            if any(p >= data_file.record_count for p in merged.to_numpy()[-1:].tolist()):
+            last = merged.last()
+            if last is not None and last >= data_file.record_count:
                 raise ValidationError(
                     f"deletes for {path} name positions past its {data_file.record_count} rows"
                 )
@@ -826,7 +838,7 @@ class SnapshotProducer:
         base: TableMetadata,
         spec: PartitionSpec,
         content: ManifestContent,
-        rows: list[tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]],
+        rows: list[_Row],
     ) -> ManifestFile:
         path = f"{metadata_dir(base)}/{uuid.uuid4()}-m{self._attempts}.avro"
         buffer = _io.BytesIO()
@@ -856,6 +868,8 @@ class SnapshotProducer:
         await self.table.io.write_once(path, buffer.getvalue())
         if self.reader.decoded_writer is not None:
             self._manifest_bytes[path] = buffer.getvalue()
+        if content == ManifestContent.DELETES and base.format_version >= 2:
+            self._delete_rows[path] = rows
         return manifest
 
     async def _rewrite_manifest(
@@ -870,7 +884,7 @@ class SnapshotProducer:
         and ``added`` files (of its spec and content) as this snapshot's ADDED entries."""
         spec = base.spec_by_id(manifest.partition_spec_id)
         assert spec is not None
-        rows: list[tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]] = []
+        rows: list[_Row] = []
         for e in entries:
             if not e.is_live:
                 continue  # deletions of earlier snapshots are not carried forward
@@ -916,7 +930,7 @@ class SnapshotProducer:
                 if len(bin_) == 1:
                     out.extend(bin_)
                     continue
-                rows: list[tuple[ManifestEntryStatus, DataFile, ManifestEntry | None]] = []
+                rows: list[_Row] = []
                 for m in bin_:
                     if m.manifest_path in new_paths:
                         rows.extend(
@@ -986,7 +1000,9 @@ class SnapshotProducer:
                 if keep is not None:
                     await self._delete_unreferenced(keep)
                 self._persist_decoded(committed, manifests)
+                self._remember_deletes(manifests)
         self._manifest_bytes.clear()
+        self._delete_rows.clear()
         self.table = committed
         return committed
 
@@ -1008,6 +1024,56 @@ class SnapshotProducer:
         ]
         metadata = committed.metadata
         writer.submit(ours, metadata.specs(), metadata.schema())
+
+    def _remember_deletes(self, manifests: list[ManifestFile]) -> None:
+        """Give the reader the entries of the delete manifests this snapshot wrote, as
+        reading them would return them (see :meth:`ManifestReader.remember_manifest`): the
+        next upsert commit rewrites the manifest holding the DVs it replaces, and finds its
+        entries without reading back and decoding what was just written.
+
+        Built from the rows written, with what a read inherits from the committed list row
+        filled in (spec: "Sequence Number Inheritance"): an ADDED entry written without
+        sequence numbers takes the manifest's, and every entry this snapshot wrote as
+        ADDED or DELETED carries its snapshot id. v2+ only (v1 reads sequence numbers as
+        0), and delete manifests only (no first row ids to assign)."""
+        for m in manifests:
+            rows = self._delete_rows.get(m.manifest_path)
+            seq = m.sequence_number
+            if rows is None or m.added_snapshot_id != self.snapshot_id or seq == UNASSIGNED_SEQ:
+                continue
+            entries: list[ManifestEntry] = []
+            for status, f, entry in rows:
+                data_file = (
+                    f if f.spec_id == m.partition_spec_id else f.copy(spec_id=m.partition_spec_id)
+                )
+                if status == ManifestEntryStatus.ADDED:
+                    given = entry.sequence_number if entry is not None else None
+                    entries.append(
+                        ManifestEntry(
+                            status,
+                            self.snapshot_id,
+                            seq if given is None else given,
+                            seq,
+                            data_file,
+                        )
+                    )
+                    continue
+                assert entry is not None
+                snapshot_id = (
+                    entry.snapshot_id
+                    if status == ManifestEntryStatus.EXISTING
+                    else self.snapshot_id
+                )
+                entries.append(
+                    ManifestEntry(
+                        status,
+                        snapshot_id,
+                        entry.sequence_number,
+                        entry.file_sequence_number,
+                        data_file,
+                    )
+                )
+            self.reader.remember_manifest(m, entries)
 
     async def _referenced_attempt_deletes(
         self, committed: Table, manifests: list[ManifestFile]

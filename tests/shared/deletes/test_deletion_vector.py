@@ -44,6 +44,9 @@ position_sets = st.one_of(
 def test_positions_blob_positions_round_trip(ps: set[int]) -> None:
     dv = DeletionVector.from_positions(ps)
     assert len(dv) == len(ps)
+    assert dv.last() == (max(ps) if ps else None)
+    # From a numpy array in any order (one bucket or several): the same vector.
+    assert DeletionVector.from_array(np.array(sorted(ps, reverse=True), dtype=np.uint64)) == dv
     blob = dv.to_blob()
     back = DeletionVector.from_blob(blob)
     assert list(back) == sorted(ps)

@@ -32,7 +32,7 @@ from hypothesis_budget import examples
 from icefloe.arrow.schema import schema_to_arrow
 from icefloe.errors import ValidationError
 from icefloe.io.fileio import LocalFileIO, S3FileIO
-from icefloe.key_index import KeyIndex, key_schema, key_tuples
+from icefloe.key_index import KeyIndex, SyncChanges, key_schema, key_tuples
 from icefloe.key_index import runs as run_ops
 from icefloe.key_index.checkpoint import CHECKPOINT_DIR
 from icefloe.key_index.encoding import KeyEncoding
@@ -158,12 +158,15 @@ steps = st.lists(
     files=st.lists(st.lists(st.integers(0, 20), max_size=12), min_size=6, max_size=6),
     program=steps,
     budget=st.sampled_from([0, 1 << 30]),
+    hinted=st.booleans(),
 )
 def test_lookup_equals_the_reference(
-    kind: str, files: list[list[int]], program: list[tuple[str, Any]], budget: int
+    kind: str, files: list[list[int]], program: list[tuple[str, Any]], budget: int, hinted: bool
 ) -> None:
     """Syncs (adds, removes, rollbacks), stages, discards, restarts from a checkpoint, each
-    lookup equal to the reference's; with a zero budget every run is spilled."""
+    lookup equal to the reference's; with a zero budget every run is spilled. ``hinted``:
+    each sync names its version and what changed since the previous one (as the
+    coordinator does after its own commit), so only those paths are compared."""
     schema = kind_schema(kind)
     domain = KEY_KINDS[kind][1]
 
@@ -183,10 +186,21 @@ def test_lookup_equals_the_reference(
         )
         oracle = ReferenceIndex()
         live: set[int] = set()
+        version = 0
         for op, arg in program:
             if op == "sync":
-                live = set(arg)
-                await index.sync({pool[n].file_path: pool[n] for n in live})
+                before, live = live, set(arg)
+                changed = SyncChanges(
+                    version,
+                    [pool[n].file_path for n in live - before],
+                    [pool[n].file_path for n in before - live],
+                )
+                version += 1
+                await index.sync(
+                    {pool[n].file_path: pool[n] for n in live},
+                    version=version if hinted else None,
+                    changed=changed if hinted else None,
+                )
                 oracle.sync({pool[n].file_path: contents[n] for n in live})
                 assert index.covered == {pool[n].file_path for n in live}
             elif op == "stage":
@@ -201,7 +215,7 @@ def test_lookup_equals_the_reference(
                 index = await KeyIndex.open(
                     fio, f"{tmp}/table", schema, schema.identifier_field_ids, **options
                 )
-                await index.sync({pool[n].file_path: pool[n] for n in live})
+                await index.sync({pool[n].file_path: pool[n] for n in live}, version=version)
                 oracle.staged.clear()  # the new owner's attempt stages afresh
             else:
                 wanted = [key(i) for i in arg]
@@ -355,6 +369,27 @@ def long_oracle(files: Sequence[DataFile]) -> ReferenceIndex:
 
 
 ALL_LONGS = [(v,) for v in range(300)]
+
+
+async def test_a_hint_that_does_not_add_up_falls_back_to_every_path(tmp_path: Path) -> None:
+    """A sync hinted with what changed since the version the index covers compares only
+    those paths; one whose hint leaves a new file out (the index would then cover fewer
+    files than are live) compares every path, and so reads the file the hint missed."""
+    schema = kind_schema("long")
+    a, b, c, d = long_files(tmp_path, 4)
+    index = KeyIndex(LocalFileIO(), schema, [1])
+    await index.sync({a.file_path: a, b.file_path: b}, version=1)
+    exact = SyncChanges(1, [c.file_path], [a.file_path])
+    await index.sync({b.file_path: b, c.file_path: c}, version=2, changed=exact)
+    assert index.covered == {b.file_path, c.file_path}
+    short = SyncChanges(2, [], [])  # d was added, the hint does not say so
+    await index.sync({b.file_path: b, c.file_path: c, d.file_path: d}, version=3, changed=short)
+    assert index.covered == {b.file_path, c.file_path, d.file_path}
+    stale = SyncChanges(1, [a.file_path], [])  # not the version the index covers: ignored
+    await index.sync({a.file_path: a}, version=4, changed=stale)
+    assert index.covered == {a.file_path}
+    found = await index.lookup(key_table(schema, ALL_LONGS))
+    assert as_lists(found) == long_oracle([a]).lookup(ALL_LONGS)
 
 
 async def test_runs_stay_logarithmic_and_spill_past_the_budget(tmp_path: Path) -> None:

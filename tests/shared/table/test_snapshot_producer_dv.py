@@ -25,12 +25,15 @@ from icefloe.deletes.index import is_deletion_vector
 from icefloe.errors import ValidationConflictError, ValidationError
 from icefloe.io.fileio import LocalFileIO
 from icefloe.manifests.cache import ManifestCache
+from icefloe.manifests.manifest_list import ManifestContent
 from icefloe.manifests.reader import ManifestReader
 from icefloe.parquet.files import write_data_file
 from icefloe.scan.planning import plan_scan
 from icefloe.spec.datafile import DataFile, DataFileContent
+from icefloe.spec.partition import PartitionField, PartitionSpec
 from icefloe.spec.schema import Schema
 from icefloe.spec.snapshot import Summary
+from icefloe.spec.transforms import IdentityTransform
 from icefloe.spec.types import LongType, NestedField, StringType
 from icefloe.table.catalog import Table, TableIdentifier
 from icefloe.table.snapshot_producer import (
@@ -246,3 +249,67 @@ async def test_positions_past_the_file_are_refused(catalog: FileSystemCatalog) -
     table = await fast_append(table, [a]).commit()
     with pytest.raises(ValidationError, match="past its 3 rows"):
         row_delta(table, [], [], deleted_positions=[(a, [3])])
+
+
+@pytest.mark.parametrize("version", [2, 3])
+async def test_committed_delete_manifests_are_remembered_as_a_read_returns_them(
+    catalog: FileSystemCatalog, version: int
+) -> None:
+    """A producer hands the reader the entries of the delete manifests it committed, so
+    the next row delta finds the deletes it replaces without reading back what was just
+    written: those entries must be exactly what reading the manifest returns (statuses,
+    inherited snapshot ids and sequence numbers, partitions in spec order), whatever the
+    commit did (add, merge and replace DVs on v3; add position delete files on v2), and
+    the table must read the same either way."""
+    spec = PartitionSpec(0, (PartitionField(2, 1000, "s", IdentityTransform()),))
+    table = await catalog.create_table(
+        TableIdentifier(("db",), f"p{version}"), SCHEMA, spec, format_version=version
+    )
+
+    def part(name: str, ids: range, s: str) -> DataFile:
+        path = data_file_location(table, f"s={s}", f"{name}.parquet")
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        rows = pa.table({"id": pa.array(list(ids), pa.int64()), "s": [s] * len(ids)})
+        schema = table.metadata.schema()
+        return write_data_file(rows, path, schema=schema, spec=spec, partition=(s,), file_path=path)
+
+    a, b, c = (
+        part("a", range(10), "x"),
+        part("b", range(10, 20), "y"),
+        part("c", range(20, 25), "x"),
+    )
+    first_id = {a.file_path: 0, b.file_path: 10, c.file_path: 20}
+    table = await fast_append(table, [a, b, c]).commit()
+    reads: list[str] = []
+
+    class CountingIO(LocalFileIO):
+        async def read(self, path: str) -> bytes:
+            reads.append(path)
+            return await super().read(path)
+
+    reader = ManifestReader(CountingIO())  # shared by the commits, as the coordinator's is
+    deletes = [[(a, [1]), (b, [0, 9])], [(a, [2]), (c, [4])], [(b, [5]), (a, [1, 7])]]
+    expected = set(range(25))
+    for batch in deletes:
+        table = await row_delta(table, [], [], deleted_positions=batch, reader=reader).commit()
+        for f, positions in batch:
+            expected -= {first_id[f.file_path] + p for p in positions}
+        snapshot = table.metadata.current_snapshot()
+        assert snapshot is not None
+        ours = [
+            m
+            for m in await reader.manifests(snapshot)
+            if m.content == ManifestContent.DELETES and m.added_snapshot_id == snapshot.snapshot_id
+        ]
+        assert ours, "the row delta wrote no delete manifest"
+        fresh = ManifestReader(table.io)
+        for m in ours:
+            remembered = await reader.entries(m, table.metadata.specs())
+            assert m.manifest_path not in reads, "read back, not remembered"
+            assert remembered == await fresh.entries(m, table.metadata.specs()), m.manifest_path
+        assert await ids(table) == sorted(expected)
+    live = await live_deletes(table)
+    if version == 3:
+        assert sorted(d.referenced_data_file or "" for d in live) == sorted(
+            [a.file_path, b.file_path, c.file_path]
+        )
