@@ -35,4 +35,6 @@ def test_the_memory_benchmark_measures_peak_rss_per_budget() -> None:
         line = next(n for n in ctx.notes if f"budget {mib} MiB: peak RSS" in n)
         peak = int(re.search(r"peak RSS (\d+) MiB", line).group(1))  # type: ignore[union-attr]
         assert peak > 0
+        cold = int(re.search(r"cold peak RSS \(8 full plans at once\) (\d+) MiB", line).group(1))  # type: ignore[union-attr]
+        assert 0 < cold <= peak
     assert "largest overhead" in ctx.notes[-1]
