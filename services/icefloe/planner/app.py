@@ -738,7 +738,8 @@ class PlannerService:
             state = await self._table(ident)
             credentials = await self.delegation.plan_credentials(state.metadata)
         async with self._admission:
-            return await self._plan_admitted(ident, raw, credentials)
+            with self.cache.holding():  # the manifests it reads, until it is answered
+                return await self._plan_admitted(ident, raw, credentials)
 
     async def _plan_admitted(
         self, ident: TableIdentifier, raw: bytes, credentials: list[dict[str, Any]] | None = None
@@ -912,10 +913,11 @@ class PlannerService:
     async def _fetch_plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
         async with self._admission:
-            stored = await self._resolve(
-                ident, request.match_info["plan_id"], "NoSuchPlanIdException", "the plan"
-            )
-            return _json_bytes_response(await self._completed(stored))
+            with self.cache.holding():
+                stored = await self._resolve(
+                    ident, request.match_info["plan_id"], "NoSuchPlanIdException", "the plan"
+                )
+                return _json_bytes_response(await self._completed(stored))
 
     async def _cancel_plan(self, request: web.Request) -> web.Response:
         ident = _table_identifier(request)
@@ -944,7 +946,8 @@ class PlannerService:
         ident = _table_identifier(request)
         body = await _json_body(request, required=True)
         async with self._admission:
-            return await self._fetch_tasks_admitted(ident, body)
+            with self.cache.holding():
+                return await self._fetch_tasks_admitted(ident, body)
 
     async def _fetch_tasks_admitted(
         self, ident: TableIdentifier, body: dict[str, Any]
