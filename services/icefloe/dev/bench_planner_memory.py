@@ -23,6 +23,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ async def measure_budget(
     cold_clients: int = COLD_CLIENTS,
 ) -> tuple[int, int, dict[str, float]]:
     """One planner at ``budget`` under the load: (cold peak RSS, peak RSS, its last
-    /metrics figures)."""
+    /metrics figures and the cold wave's seconds and manifest bytes read)."""
     import aiohttp
 
     port = free_port()
@@ -98,8 +99,12 @@ async def measure_budget(
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             await wait_healthy(session, url)
+            started = time.perf_counter()
             await cold_wave(url, cold_clients)
+            cold_seconds = time.perf_counter() - started
             cold = peak_rss(process.pid)
+            async with session.get(url + "/metrics") as r:
+                cold_read = metric_value(await r.text(), "icefloe_planner_cache_read_bytes_total")
             for clients in LOAD_CLIENTS:
                 await run_level(session, url, {"filter": selective}, clients, seconds)
             for fetchers in (1, 4):
@@ -115,6 +120,8 @@ async def measure_budget(
         figures["plans_dropped_for_memory_total"] = metric_value(
             text, "icefloe_planner_plans_dropped_for_memory_total"
         )
+        figures["cold_seconds"] = cold_seconds
+        figures["cold_read_bytes"] = cold_read
         return cold, peak, figures
     finally:
         process.send_signal(signal.SIGTERM)
@@ -151,7 +158,8 @@ async def planner_memory_benchmark(ctx: BenchContext) -> list[Figure]:
             ctx.note(
                 f"{files // 1000}k-file table{' (cache_dir)' if disk else ''}, budget {mib} "
                 f"MiB: cold peak RSS ({cold_clients} full plans at once) {cold / 2**20:.0f} "
-                f"MiB, peak RSS {peak / 2**20:.0f} MiB, overhead (peak - budget) {overhead / 2**20:.0f} MiB; at the end "
+                f"MiB (in {seen['cold_seconds']:.1f} s, reading "
+                f"{seen['cold_read_bytes'] / 2**20:.0f} MiB of manifests), peak RSS {peak / 2**20:.0f} MiB, overhead (peak - budget) {overhead / 2**20:.0f} MiB; at the end "
                 f"decoded manifests {seen['memory_bytes'] / 2**20:.0f} MiB (cache "
                 f"{seen['cache_bytes'] / 2**20:.0f}, plans outside "
                 f"{seen['plan_bytes'] / 2**20:.0f}), pages ahead "

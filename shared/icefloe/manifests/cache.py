@@ -262,17 +262,27 @@ class ManifestCache:
         nothing). Pins nest: a manifest pinned twice is unpinned twice."""
         with self._lock:
             for m in manifests:
-                found = self._pins.get(id(m))
-                if found is not None:
-                    found[1] += 1
-                    continue
-                self._pins[id(m)] = [m, 1]
-                size = int(m.nbytes)
-                self._pinned_bytes += size
-                if not self._cached(m):
-                    self._outside_bytes += size
-                    m._on_grow = self._grow_callback(m)
+                self._pin_one(m)
             self._evict()
+
+    def _pin_one(self, m: CachedManifest) -> None:
+        found = self._pins.get(id(m))
+        if found is not None:
+            found[1] += 1
+            return
+        self._pins[id(m)] = [m, 1]
+        size = int(m.nbytes)
+        self._pinned_bytes += size
+        if not self._cached(m):
+            self._outside_bytes += size
+            m._on_grow = self._grow_callback(m)
+
+    def _take(self, holder: _Holder | None, value: Any) -> None:
+        """Pin ``value`` for ``holder`` (under the lock), if it is a manifest and the
+        holder's block has not ended."""
+        if holder is not None and holder.open and isinstance(value, CachedManifest):
+            self._pin_one(value)
+            holder.manifests.append(value)
 
     def unpin(self, manifests: Sequence[CachedManifest]) -> None:
         """Release pins taken by :meth:`pin`; a manifest no longer pinned and not cached is
@@ -332,7 +342,7 @@ class ManifestCache:
         key, ident = m.path, id(m)
         return lambda grown: self._grew(key, ident, grown)
 
-    def _lookup(self, key: str) -> Any:
+    def _lookup(self, key: str, holder: _Holder | None = None) -> Any:
         with self._lock:
             value = self._items.get(key)
             if value is None:
@@ -340,13 +350,19 @@ class ManifestCache:
                 return None
             self._hits += 1
             self._items.move_to_end(key)
+            self._take(holder, value)  # in the same step: not evicted in between
             return value
 
-    def _store(self, key: str, value: Any, reserved: int = 0) -> None:
-        """Cache ``value``; what its load reserved is released in the same step."""
+    def _store(
+        self, key: str, value: Any, reserved: int = 0, holder: _Holder | None = None
+    ) -> None:
+        """Cache ``value``; what its load reserved is released, and ``holder`` pins it, in
+        the same step (an entry evicted for another load before its holder pinned it would
+        have to be counted again outside the cache)."""
         size = int(value.nbytes)
         with self._lock:
             self._unreserve(reserved)
+            self._take(holder, value)
             if size > self.max_bytes:
                 self._wake()
                 return
@@ -406,7 +422,7 @@ class ManifestCache:
             self._evictions += 1
             if isinstance(value, CachedManifest):
                 value._on_grow = None
-        return self._bytes + self._outside_bytes + self._inflight_bytes > self.max_bytes
+        return self._bytes + self._outside_bytes + self._inflight_bytes > limit
 
     # -- loads in flight ------------------------------------------------------------------
 
@@ -414,8 +430,10 @@ class ManifestCache:
         """Reserve for a load of a ``length``-byte manifest if it may start now (under the
         lock): alone, or, once the decode expansion is known, with room for it when entries
         nobody pins are evicted. The bytes reserved, 0 if it may not start."""
+        if self._inflight_loads and self.decode_expansion is None:
+            return 0
         nbytes = self._estimate(length)
-        if self._inflight_loads and (self.decode_expansion is None or self._evict(nbytes)):
+        if self._evict(nbytes) and self._inflight_loads:
             return 0
         self._inflight_bytes += nbytes
         self._inflight_loads += 1
@@ -485,21 +503,34 @@ class ManifestCache:
                 known = self.decode_expansion
                 self.decode_expansion = ratio if known is None else max(known, ratio)
 
-    async def _load(self, key: str, load: Callable[[], Any], length: int = 0) -> Any:
+    async def _load(
+        self,
+        key: str,
+        load: Callable[[], Any],
+        length: int = 0,
+        holder: _Holder | None = None,
+    ) -> Any:
+        """The value at ``key``, loaded with ``load`` once however many ask at once, and
+        pinned for ``holder``; ``length`` is the file's, for the reservation."""
         while True:
-            cached = self._lookup(key)
+            cached = self._lookup(key, holder)
             if cached is not None:
                 return cached
             pending = self._loading.get(key)
             if pending is None:
                 break
             try:
-                return await asyncio.shield(pending)
+                shared = await asyncio.shield(pending)
             except asyncio.CancelledError:
                 task = asyncio.current_task()
                 if not pending.cancelled() or (task is not None and task.cancelling()):
                     raise
                 # The plan loading it was cancelled, not this one: load it here.
+                continue
+            with self._lock:
+                self._take(holder, shared)
+                self._evict()
+            return shared
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._loading[key] = future
         reserved = 0
@@ -520,7 +551,7 @@ class ManifestCache:
             if not loaded:
                 self._release(reserved)
         future.set_result(value)
-        self._store(key, value, reserved)
+        self._store(key, value, reserved, holder)
         return value
 
     async def _read(self, path: str) -> bytes:
@@ -582,13 +613,12 @@ class ManifestCache:
                 await self._decode(cached.persist, store)
             return cached
 
-        value: CachedManifest = await self._load(path, load, manifest.manifest_length)
+        holder = _HOLDER.get()
+        if holder is not None and holder.cache is not self:
+            holder = None
+        value: CachedManifest = await self._load(path, load, manifest.manifest_length, holder)
         if self.store is not None and value.store is None:
             value.store = self.store  # values derived from all its rows are shared there
-        holder = _HOLDER.get()
-        if holder is not None and holder.cache is self and holder.open:
-            self.pin([value])
-            holder.manifests.append(value)
         return value
 
     async def manifests(
