@@ -428,12 +428,12 @@ class ManifestCache:
 
     def _admit(self, length: int) -> int:
         """Reserve for a load of a ``length``-byte manifest if it may start now (under the
-        lock): alone, or, once the decode expansion is known, with room for it when entries
-        nobody pins are evicted. The bytes reserved, 0 if it may not start."""
-        if self._inflight_loads and self.decode_expansion is None:
-            return 0
+        lock): alone (evicting nothing for it: its value makes its own room when stored, so
+        loads one at a time keep the entries a cache without reservations would), or, once
+        the decode expansion is known, with room for it when entries nobody pins are
+        evicted. The bytes reserved, 0 if it may not start."""
         nbytes = self._estimate(length)
-        if self._evict(nbytes) and self._inflight_loads:
+        if self._inflight_loads and (self.decode_expansion is None or self._evict(nbytes)):
             return 0
         self._inflight_bytes += nbytes
         self._inflight_loads += 1
