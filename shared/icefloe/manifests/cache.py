@@ -21,13 +21,16 @@ share of it (the planner's plan store does: see ``icefloe.planner.plans``).
 Manifests *in flight* count too. A manifest being read and decoded is in memory before it
 is an entry: its file's bytes, then its columns. So a load first *reserves* an estimate of
 both from the same budget (the file's ``manifest_length`` from the manifest list, times one
-plus the decode expansion: decoded bytes per file byte, learned from the manifests decoded
-so far), evicting entries nobody pins to make room, and waits in line while reservations,
-entries and pins leave none; the reservation becomes the entry when the load ends, and is
-released however the load ends (decoded, failed, cancelled). A load is never refused: one
-admitted while no other is in flight (a manifest larger than the whole budget, or a budget
-pinned full) runs alone, so memory is at most the budget plus one manifest, and waiting
-cannot deadlock (a load in flight waits for nothing but its read and decode). A plan being
+plus the decode expansion: decoded bytes per file byte, the largest ratio met so far; the
+first load of a cache runs alone, so no concurrent load is admitted on a guess), evicting
+entries nobody pins to make room, and waits in line while reservations, entries and pins
+leave none; the reservation becomes the entry when the load ends, and is released however
+the load ends (decoded, failed, cancelled). A load is never refused: one admitted while no
+other is in flight (a manifest larger than the whole budget, or a budget pinned full) runs
+alone, so reservations are at most the budget or one manifest's, and waiting cannot
+deadlock (a load in flight waits for nothing but its read and decode). Not counted: a
+manifest list's bytes while it loads (its length is not known before it is read), and the
+decoders' own transient buffers. A plan being
 made or answered holds the manifests it read until its response is written: inside
 :meth:`ManifestCache.holding` every manifest the task (and the tasks it starts) gets is
 pinned until the block ends, so concurrent plans of a table larger than the budget share one
