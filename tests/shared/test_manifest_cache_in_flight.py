@@ -65,9 +65,11 @@ class CheckingIO(LocalFileIO):
         # reservation is a guess, one larger than the budget, or one admitted while pins
         # fill the budget).
         assert stats.inflight_bytes <= stats.max_bytes or stats.loads_in_flight == 1, stats
-        if stats.held_bytes > stats.max_bytes:
-            # Past the budget in all: alone as well, unless plans pinned manifests they got
-            # after the loads in flight were admitted (plans hold what they read).
+        # Entries nobody pins are not evicted for reservations: what no eviction frees
+        # (pinned, outside) and the reservations are within the budget, but alone, or
+        # but for manifests plans pinned after the loads in flight were admitted.
+        unevictable = stats.outside_bytes + stats.inflight_bytes
+        if unevictable > stats.max_bytes:
             assert stats.loads_in_flight == 1 or stats.pinned_bytes > 0, stats
             self.alone += 1
         assert stats.inflight_bytes >= stats.loads_in_flight  # every load reserved

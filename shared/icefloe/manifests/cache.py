@@ -22,13 +22,18 @@ Manifests *in flight* count too. A manifest being read and decoded is in memory 
 is an entry: its file's bytes, then its columns. So a load first *reserves* an estimate of
 both from the same budget (the file's ``manifest_length`` from the manifest list, times one
 plus the decode expansion: decoded bytes per file byte, the largest ratio met so far; the
-first load of a cache runs alone, so no concurrent load is admitted on a guess), evicting
-entries nobody pins to make room, and waits in line while reservations, entries and pins
-leave none; the reservation becomes the entry when the load ends, and is released however
-the load ends (decoded, failed, cancelled). A load is never refused: one admitted while no
-other is in flight (a manifest larger than the whole budget, or a budget pinned full) runs
-alone, so reservations are at most the budget or one manifest's, and waiting cannot
-deadlock (a load in flight waits for nothing but its read and decode). Not counted: a
+first load of a cache runs alone, so no concurrent load is admitted on a guess), and waits
+in line while other reservations, pinned manifests and outside bytes leave no room; the
+reservation becomes the entry when the load ends, and is released however the load ends
+(decoded, failed, cancelled). Entries nobody pins are not evicted for a reservation (the
+value makes its own room when stored): evicting them made concurrent plans of a table larger
+than the budget decode its manifests again and again, which measured worse in resident
+memory than the reservations saved. So memory for decoded manifests is at most twice the
+budget (entries, and reservations beside what is pinned), not the unbounded sum of loads in
+flight. A load is never refused: one admitted while no other is in flight (a manifest larger
+than the whole budget, or a budget pinned full) runs alone, so reservations are at most the
+budget or one manifest's, and waiting cannot deadlock (a load in flight waits for nothing
+but its read and decode). Not counted: a
 manifest list's bytes while it loads (its length is not known before it is read), and the
 decoders' own transient buffers. A plan being
 made or answered holds the manifests it read until its response is written: inside
@@ -323,9 +328,9 @@ class ManifestCache:
             self.unpin(holder.manifests)
 
     def over_budget(self) -> bool:
-        """Whether entries, outside bytes and loads in flight exceed ``max_bytes`` with
-        every entry nobody pins evicted: then only a holder releasing pins (a plan store
-        dropping plans) can bring memory back within the budget."""
+        """Whether entries and outside bytes exceed ``max_bytes`` with every entry nobody
+        pins evicted: then only a holder releasing pins (a plan store dropping plans) can
+        bring memory back within the budget."""
         with self._lock:
             return self._evict()
 
@@ -407,15 +412,13 @@ class ManifestCache:
         if over or outside:
             self._pressure()
 
-    def _evict(self, room: int = 0) -> bool:
-        """Drop least recently used entries nobody pins until entries, outside bytes, loads
-        in flight and ``room`` more fit; whether they still do not (every entry left is
-        pinned)."""
-        limit = self.max_bytes - room
-        if self._bytes + self._outside_bytes + self._inflight_bytes <= limit:
+    def _evict(self) -> bool:
+        """Drop least recently used entries nobody pins until entries and outside bytes fit;
+        whether they still do not (every entry left is pinned)."""
+        if self._bytes + self._outside_bytes <= self.max_bytes:
             return False
         for key in list(self._items):
-            if self._bytes + self._outside_bytes + self._inflight_bytes <= limit:
+            if self._bytes + self._outside_bytes <= self.max_bytes:
                 break
             value = self._items[key]
             if id(value) in self._pins:
@@ -425,22 +428,30 @@ class ManifestCache:
             self._evictions += 1
             if isinstance(value, CachedManifest):
                 value._on_grow = None
-        return self._bytes + self._outside_bytes + self._inflight_bytes > limit
+        return self._bytes + self._outside_bytes > self.max_bytes
 
     # -- loads in flight ------------------------------------------------------------------
 
     def _admit(self, length: int) -> int:
         """Reserve for a load of a ``length``-byte manifest if it may start now (under the
-        lock): alone (evicting nothing for it: its value makes its own room when stored, so
-        loads one at a time keep the entries a cache without reservations would), or, once
-        the decode expansion is known, with room for it when entries nobody pins are
-        evicted. The bytes reserved, 0 if it may not start."""
+        lock): alone, or, once the decode expansion is known, with room for it beside the
+        other reservations and what no eviction frees (pinned manifests, outside bytes).
+        Entries nobody pins are not evicted for it: its value makes its own room when
+        stored. The bytes reserved, 0 if it may not start."""
         nbytes = self._estimate(length)
-        if self._inflight_loads and (self.decode_expansion is None or self._evict(nbytes)):
+        if self._inflight_loads and (
+            self.decode_expansion is None
+            or self._kept_bytes() + self._inflight_bytes + nbytes > self.max_bytes
+        ):
             return 0
         self._inflight_bytes += nbytes
         self._inflight_loads += 1
         return nbytes
+
+    def _kept_bytes(self) -> int:
+        """Bytes no eviction can free (under the lock): pinned entries and outside bytes."""
+        pinned = sum(int(v.nbytes) for v in self._items.values() if id(v) in self._pins)
+        return pinned + self._outside_bytes
 
     def _unreserve(self, nbytes: int) -> None:
         if nbytes:
