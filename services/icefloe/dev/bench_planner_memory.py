@@ -3,12 +3,16 @@
 The sizing rule (``docs/operations/sizing.md``) says a planner process needs its decoded
 manifest budget (``ICEFLOE_PLANNER_CACHE_MAX_BYTES``) plus a fixed overhead. This serves
 the generated 100k-file table (:mod:`icefloe.dev.bench_planner`) with one planner process
-per budget in :data:`BUDGETS_MIB` and puts the same load on each: selective plans from 1
-and 150 clients (wrk), a full plan fetched to its last page one page at a time and with 4
-fetchers, then 0 to 40 full plans held (never fetched past their first page). The kernel's
-high-water mark of the process's resident set (``VmHWM``: every peak, however short, not
-samples) is then set beside the budget: the overhead is peak RSS minus the budget, and the
-rule holds at a budget where the overhead is within the documented constant.
+per budget in :data:`BUDGETS_MIB` and puts the same load on each. First, cold: while
+nothing is decoded yet, :data:`COLD_CLIENTS` clients ask for a full plan at once, each read
+to the end of its first page (at budgets below the table's decoded manifests every plan is
+cold, and each plan being made or answered holds the manifests it read); the high-water mark
+after that wave is the *cold peak*. Then selective plans from 1 and 150 clients (wrk), a
+full plan fetched to its last page one page at a time and with 4 fetchers, then 0 to 40
+full plans held (never fetched past their first page). The kernel's high-water mark of the
+process's resident set (``VmHWM``: every peak, however short, not samples) is then set
+beside the budget: the overhead is peak RSS minus the budget, and the rule holds at a budget
+where the overhead is within the documented constant.
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ import shutil
 import signal
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from icefloe.dev.bench import BenchContext, Figure, benchmark
 from icefloe.dev.bench_planner import generate, scans
 from icefloe.dev.bench_planner_service import (
+    TABLE,
     full_plan,
     held_curve,
     metric_value,
@@ -38,6 +44,7 @@ from icefloe.dev.local_stack import free_port
 BUDGETS_MIB = (32, 64, 128, 256, 512, 1024)
 LOAD_CLIENTS = (1, 150)
 HELD = (0, 10, 40)  # full plans held, in steps (the service bench goes on to 400)
+COLD_CLIENTS = 32  # full plans asked at once of a planner that has decoded nothing
 
 
 def peak_rss(pid: int) -> int:
@@ -51,14 +58,33 @@ def peak_rss(pid: int) -> int:
     return 0
 
 
+async def cold_wave(url: str, clients: int) -> None:
+    """``clients`` full plans asked at once, each on its own connection and read to the end
+    of its first page."""
+    import aiohttp
+
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+
+        async def ask() -> None:
+            async with session.post(url + TABLE + "/plan", json={}) as r:
+                if r.status != 200:
+                    raise RuntimeError(f"plan failed: {r.status} {await r.text()}")
+                await r.read()
+
+        await asyncio.gather(*(ask() for _ in range(clients)))
+
+
 async def measure_budget(
     warehouse: Path,
     budget: int,
     selective: dict[str, Any],
     seconds: float,
     cache_dir: Path | None = None,
-) -> tuple[int, dict[str, float]]:
-    """One planner at ``budget`` under the load: (peak RSS, its last /metrics figures)."""
+    cold_clients: int = COLD_CLIENTS,
+) -> tuple[int, int, dict[str, float]]:
+    """One planner at ``budget`` under the load: (cold peak RSS, peak RSS, its last
+    /metrics figures and the cold wave's seconds and manifest bytes read)."""
     import aiohttp
 
     port = free_port()
@@ -73,6 +99,12 @@ async def measure_budget(
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             await wait_healthy(session, url)
+            started = time.perf_counter()
+            await cold_wave(url, cold_clients)
+            cold_seconds = time.perf_counter() - started
+            cold = peak_rss(process.pid)
+            async with session.get(url + "/metrics") as r:
+                cold_read = metric_value(await r.text(), "icefloe_planner_cache_read_bytes_total")
             for clients in LOAD_CLIENTS:
                 await run_level(session, url, {"filter": selective}, clients, seconds)
             for fetchers in (1, 4):
@@ -88,7 +120,9 @@ async def measure_budget(
         figures["plans_dropped_for_memory_total"] = metric_value(
             text, "icefloe_planner_plans_dropped_for_memory_total"
         )
-        return peak, figures
+        figures["cold_seconds"] = cold_seconds
+        figures["cold_read_bytes"] = cold_read
+        return cold, peak, figures
     finally:
         process.send_signal(signal.SIGTERM)
         await process.wait()
@@ -106,6 +140,7 @@ async def planner_memory_benchmark(ctx: BenchContext) -> list[Figure]:
     # 1: decoded manifests also go to memory-mapped Arrow files (ICEFLOE_PLANNER_CACHE_DIR),
     # whose pages the kernel counts in the resident set while mapped.
     disk = ctx.size("memory-cache-dir", full=2, quick=2) == 1
+    cold_clients = ctx.size("memory-cold-clients", full=COLD_CLIENTS, quick=8)
     try:
         warehouse = root / "warehouse"
         generate(warehouse / "db", files, 5_000 if files >= 50_000 else 1_000, "events")
@@ -115,13 +150,16 @@ async def planner_memory_benchmark(ctx: BenchContext) -> list[Figure]:
         overheads = []
         for mib in budgets:
             cache_dir = root / f"cache-{mib}" if disk else None
-            peak, seen = await measure_budget(warehouse, mib << 20, selective, seconds, cache_dir)
+            cold, peak, seen = await measure_budget(
+                warehouse, mib << 20, selective, seconds, cache_dir, cold_clients
+            )
             overhead = peak - (mib << 20)
             overheads.append(overhead)
             ctx.note(
                 f"{files // 1000}k-file table{' (cache_dir)' if disk else ''}, budget {mib} "
-                f"MiB: peak RSS {peak / 2**20:.0f} "
-                f"MiB, overhead (peak - budget) {overhead / 2**20:.0f} MiB; at the end "
+                f"MiB: cold peak RSS ({cold_clients} full plans at once) {cold / 2**20:.0f} "
+                f"MiB (in {seen['cold_seconds']:.1f} s, reading "
+                f"{seen['cold_read_bytes'] / 2**20:.0f} MiB of manifests), peak RSS {peak / 2**20:.0f} MiB, overhead (peak - budget) {overhead / 2**20:.0f} MiB; at the end "
                 f"decoded manifests {seen['memory_bytes'] / 2**20:.0f} MiB (cache "
                 f"{seen['cache_bytes'] / 2**20:.0f}, plans outside "
                 f"{seen['plan_bytes'] / 2**20:.0f}), pages ahead "

@@ -117,7 +117,8 @@ class PlanRoutes:
             state = await self.tables.get(ident)
             credentials = await self.delegation.plan_credentials(state.metadata)
         async with self._admission:
-            return await self._plan_admitted(ident, raw, credentials)
+            with self.cache.holding():  # the manifests it reads, until it is answered
+                return await self._plan_admitted(ident, raw, credentials)
 
     async def _plan_admitted(
         self, ident: TableIdentifier, raw: bytes, credentials: list[dict[str, Any]] | None = None
@@ -315,10 +316,11 @@ class PlanRoutes:
     async def _fetch_plan(self, request: web.Request) -> web.Response:
         ident = table_identifier(request)
         async with self._admission:
-            stored = await self._resolve(
-                ident, request.match_info["plan_id"], "NoSuchPlanIdException", "the plan"
-            )
-            return _json_bytes_response(await self._completed(stored))
+            with self.cache.holding():
+                stored = await self._resolve(
+                    ident, request.match_info["plan_id"], "NoSuchPlanIdException", "the plan"
+                )
+                return _json_bytes_response(await self._completed(stored))
 
     async def _cancel_plan(self, request: web.Request) -> web.Response:
         ident = table_identifier(request)
@@ -347,7 +349,8 @@ class PlanRoutes:
         ident = table_identifier(request)
         body = await json_body(request, required=True)
         async with self._admission:
-            return await self._fetch_tasks_admitted(ident, body)
+            with self.cache.holding():
+                return await self._fetch_tasks_admitted(ident, body)
 
     async def _fetch_tasks_admitted(
         self, ident: TableIdentifier, body: dict[str, Any]
