@@ -40,6 +40,8 @@ import threading
 import zlib
 from pathlib import Path
 
+from icefloe.io.disk_budget import shrink_oldest
+
 log = logging.getLogger(__name__)
 
 MAGIC = b"icefloe-plan-page-1\n"
@@ -182,26 +184,10 @@ class SharedPages:
             self._bytes = max(0, self._bytes - size)
 
     def _shrink(self) -> None:
-        """Count the directory again (other processes write here too) and, if it is over
-        the budget, delete the oldest files until 90% of it is used; called with the lock
-        held."""
-        files = []
-        for p in self._files():
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            files.append((st.st_mtime, st.st_size, p))
-        files.sort()
-        total = sum(size for _, size, _ in files)
+        """Count the directory again and delete its oldest files if it is over the budget
+        (:func:`~icefloe.io.disk_budget.shrink_oldest`); called with the lock held."""
         self._since_count = 0
-        goal = self.max_bytes * 9 // 10 if total > self.max_bytes else total
-        for _, size, p in files:
-            if total <= goal:
-                break
-            _unlink(p)
-            total -= size
-        self._bytes = total
+        self._bytes = shrink_oldest(self._files(), self.max_bytes)
 
 
 def _whole(head: bytes, body: bytes, plan_id: str, page: int) -> bool:

@@ -35,6 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from icefloe.errors import IcefloeError, ValidationError
+from icefloe.io.disk_budget import shrink_oldest
 from icefloe.manifests.manifest_list import ManifestFile
 from icefloe.spec.schema import Schema
 from icefloe.spec.types import StructType
@@ -255,27 +256,9 @@ class ManifestStore:
             self._bytes = max(0, self._bytes - size)
 
     def _shrink(self) -> None:
-        """Delete the least recently written files until 90% of the budget is used; called
-        with the lock held."""
-        files = []
-        for p in self._files():
-            try:
-                st = p.stat()
-            except OSError:
-                continue
-            files.append((st.st_mtime, st.st_size, p))
-        files.sort()
-        total = sum(size for _, size, _ in files)
-        goal = self.max_bytes * 9 // 10
-        for _, size, p in files:
-            if total <= goal:
-                break
-            try:
-                p.unlink()  # mapped readers keep their pages until they unmap
-            except OSError:
-                continue
-            total -= size
-        self._bytes = total
+        """Count the directory again and delete its oldest files if it is over the budget
+        (:func:`~icefloe.io.disk_budget.shrink_oldest`); called with the lock held."""
+        self._bytes = shrink_oldest(self._files(), self.max_bytes)
 
 
 def with_suppressed_unlink(path: str) -> None:
