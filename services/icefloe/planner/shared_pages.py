@@ -40,7 +40,7 @@ import threading
 import zlib
 from pathlib import Path
 
-from icefloe.io.disk_budget import shrink_oldest
+from icefloe.io.disk_budget import shrink_oldest, unlink_quietly
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class SharedPages:
                     self._shrink()
         except OSError as e:
             log.warning("shared plan pages: cannot write %s: %s", target.name, e)
-            _unlink(Path(tmp))
+            unlink_quietly(Path(tmp))
             return False
         return True
 
@@ -202,13 +202,6 @@ def _whole(head: bytes, body: bytes, plan_id: str, page: int) -> bool:
         and len(body) == length
         and zlib.crc32(body) == crc
     )
-
-
-def _unlink(path: Path) -> None:
-    try:
-        path.unlink()
-    except OSError:
-        pass
 
 
 __all__ = ["DEFAULT_MAX_BYTES", "SharedPages"]

@@ -9,6 +9,7 @@ the one place that count and that eviction happen.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -36,3 +37,11 @@ def shrink_oldest(files: Iterable[Path], max_bytes: int) -> int:
             continue
         total -= size
     return total
+
+
+def unlink_quietly(path: str | Path) -> None:
+    """Delete ``path`` if it is still there: another process may have evicted it first."""
+    try:
+        os.unlink(path)
+    except OSError:
+        pass

@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from icefloe.errors import IcefloeError, ValidationError
-from icefloe.io.disk_budget import shrink_oldest
+from icefloe.io.disk_budget import shrink_oldest, unlink_quietly
 from icefloe.manifests.manifest_list import ManifestFile
 from icefloe.spec.schema import Schema
 from icefloe.spec.types import StructType
@@ -213,7 +213,7 @@ class ManifestStore:
                 if self._bytes > self.max_bytes:
                     self._shrink()
         except BaseException:
-            with_suppressed_unlink(tmp)
+            unlink_quietly(tmp)
             raise
         return True
 
@@ -259,13 +259,6 @@ class ManifestStore:
         """Count the directory again and delete its oldest files if it is over the budget
         (:func:`~icefloe.io.disk_budget.shrink_oldest`); called with the lock held."""
         self._bytes = shrink_oldest(self._files(), self.max_bytes)
-
-
-def with_suppressed_unlink(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 __all__ = ["ManifestStore", "StoredColumns", "store_key"]
